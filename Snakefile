@@ -1,0 +1,37 @@
+# citeforge: raw sources -> benchmark releases -> evaluations. See README.md and DESIGN.md.
+#   snakemake --cores 2 release      build every enabled family's release (default target)
+#   snakemake --cores 2 catalog      data/runs/<run>/catalog.duckdb over every stage output
+#   snakemake --cores 2 evaluate     run the configured models on the releases and score them
+from stages.core.config import validate_config
+
+configfile: "config/config.yaml"
+
+validate_config(config)  # fails before any job runs, naming the bad key
+
+include: "rules/common.smk"
+include: "rules/mavis.smk"
+
+
+rule release:
+    default_target: True
+    input:
+        lambda w: RELEASES,
+        CATALOG_FILE,
+
+
+rule catalog:
+    input:
+        CATALOG_FILE,
+
+
+rule evaluate:
+    input:
+        lambda w: EVALUATIONS,
+
+
+onsuccess:
+    for manifest in RELEASES:
+        if Path(manifest).exists():
+            print(f"release: {json.loads(Path(manifest).read_text())['path']}")
+    if Path(CATALOG_FILE).exists():
+        print(f"catalog: {CATALOG_FILE}  (duckdb {CATALOG_FILE} \"show all tables\")")

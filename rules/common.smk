@@ -1,0 +1,82 @@
+# Helpers shared by the family rule files; no pipeline logic lives here.
+import json
+import re
+import shlex
+from pathlib import Path
+
+RUN = config["run"]
+RUNDIR = f"data/runs/{RUN}"
+SHARDS = [f"{i:05d}" for i in range(config["shards"])]
+RELEASES_DIR = config.get("releases_dir", "data/releases")
+CATALOG_FILE = f"{RUNDIR}/catalog.duckdb"
+
+RELEASES = []  # release manifests, appended by each enabled family
+EVALUATIONS = []  # evaluation reports, appended by each family that can be evaluated
+CATALOG_TABLES = []  # stage outputs the catalog exposes, appended by each family
+
+
+def stage_file(name):
+    """The stage's module as an input, so editing it reruns the rule (Snakemake can't see imports)."""
+    return f"stages/{name}.py"
+
+
+def stage_version(name):
+    """The stage's VERSION, read from its source without importing it (no heavy imports at DAG time)."""
+    match = re.search(r'^VERSION = "([^"]+)"', Path(stage_file(name)).read_text(), re.M)
+    return match.group(1) if match else "0"
+
+
+def settings(value):
+    """Params for a stage as inline JSON (Snakemake reruns a rule when its params change)."""
+    return json.dumps(value, sort_keys=True)
+
+
+def stage_io(wildcards, input, output):
+    """--input/--output flags from the rule's named inputs and outputs; `stage` and prompt files are
+    listed as inputs only so that editing them reruns the rule."""
+    args = []
+    for flag, files in (("--input", input), ("--output", output)):
+        for name, value in files.items():
+            if name == "stage" or name.startswith("prompt"):
+                continue
+            for path in [value] if isinstance(value, str) else value:
+                args += [flag, f"{name}={path}"]
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def stage_shell(name):
+    """The one shape of every stage rule's command."""
+    return f"python -m stages.{name} {{params.io}} --params {{params.settings:q}} > {{log}} 2>&1"
+
+
+def run_path(family, stage, table, shard=None):
+    """data/runs/<run>/<family>/<stage>/<table>[.<shard>].parquet: the catalog reads the family
+    and table name back from this layout."""
+    suffix = f".{shard}" if shard is not None else ""
+    return f"{RUNDIR}/{family}/{stage}/{table}{suffix}.parquet"
+
+
+def log_path(family, stage, shard=None):
+    return f"{RUNDIR}/logs/{family}/{stage}{'.' + shard if shard else ''}.log"
+
+
+def bench_path(family, stage, shard=None):
+    return f"{RUNDIR}/benchmarks/{family}/{stage}{'.' + shard if shard else ''}.tsv"
+
+
+rule build_catalog:
+    input:
+        stage=stage_file("build_catalog"),
+        tables=lambda w: CATALOG_TABLES,
+    output:
+        catalog=CATALOG_FILE,
+    params:
+        io=stage_io,
+        version=stage_version("build_catalog"),
+        settings=settings({}),
+    log:
+        f"{RUNDIR}/logs/build_catalog.log",
+    benchmark:
+        f"{RUNDIR}/benchmarks/build_catalog.tsv"
+    shell:
+        stage_shell("build_catalog")

@@ -1,0 +1,1 @@
+"""citeforge stages: one module per pipeline stage, shared machinery in stages.core."""

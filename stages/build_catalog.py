@@ -1,0 +1,107 @@
+"""Build the run's catalog: one DuckDB file over every stage output (DESIGN.md §Storage).
+
+`data/runs/<run>/catalog.duckdb` gets one schema per benchmark family and one view per stage
+output table (shards unioned), one `<stage>_rejects` view per stage over its rejects sidecars, and
+a `stage_reports` table per family from the report sidecars. Views use absolute paths, so the
+catalog answers from any working directory. Stages never open a shared DuckDB file while others
+run; this stage runs after them.
+
+Inputs follow the run layout `data/runs/<run>/<family>/<stage>/<table>[.<shard>].parquet`.
+Invariant: every input file is exposed by exactly one view.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import duckdb
+
+from stages.core.stage import Input, Output, Stage
+
+VERSION = "1"
+_SHARD = re.compile(r"^(?P<table>.+?)(?:\.(?P<shard>\d{5}))?\.parquet$")
+
+
+def _layout(path: Path) -> tuple[str, str, str]:
+    match = _SHARD.match(path.name)
+    if not match:
+        raise ValueError(f"{path} is not a stage output (<table>[.<shard>].parquet)")
+    return path.parent.parent.name, path.parent.name, match["table"]
+
+
+def _sql_list(paths: list[Path]) -> str:
+    return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in sorted(paths)) + "]"
+
+
+def run(ctx):
+    views: dict[tuple[str, str], list[Path]] = collections.defaultdict(list)
+    stage_dirs: set[tuple[str, Path]] = set()
+    for raw in ctx.input_paths("tables"):
+        ctx.add_input()
+        path = Path(raw).resolve()
+        family, _stage, table = _layout(path)
+        views[(family, table)].append(path)
+        stage_dirs.add((family, path.parent))
+    out = Path(ctx.output_path("catalog"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".catalog.", suffix=".duckdb", dir=out.parent)
+    os.close(fd)
+    os.unlink(tmp)  # duckdb wants to create the file itself
+    con = duckdb.connect(tmp)
+    try:
+        for family in sorted({f for f, _ in views}):
+            con.execute(f'create schema if not exists "{family}"')
+        for (family, table), paths in sorted(views.items()):
+            con.execute(f'create view "{family}"."{table}" as select * from read_parquet({_sql_list(paths)}, union_by_name=true)')
+            ctx.stats["views"] += 1
+            ctx.stats["files_in_views"] += len(paths)
+        reports = collections.defaultdict(list)
+        for family, folder in sorted(stage_dirs):
+            rejects = sorted(folder.glob("*.rejects.parquet"))
+            if rejects:
+                con.execute(f'create view "{family}"."{folder.name}_rejects" as select * from read_parquet({_sql_list(rejects)})')
+                ctx.stats["reject_views"] += 1
+            for report_file in sorted(folder.glob("*.report.json")):
+                report = json.loads(report_file.read_text())
+                reports[family].append(
+                    (report["stage"], report_file.name.removesuffix(".report.json"), report["rows_in"],
+                     json.dumps(report["rows_out"]), report["rejected"], json.dumps(report["rejected_by_reason"]),
+                     json.dumps(report.get("stats", {})), report["seconds"])
+                )
+        for family, rows in reports.items():
+            con.execute(
+                f'create table "{family}".stage_reports (stage varchar, output varchar, rows_in bigint, rows_out json, '
+                "rejected bigint, rejected_by_reason json, stats json, seconds double)"
+            )
+            con.executemany(f'insert into "{family}".stage_reports values (?, ?, ?, ?, ?, ?, ?, ?)', rows)
+        con.close()
+        os.replace(tmp, out)
+    except BaseException:
+        con.close()
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _every_file_in_a_view(ctx):
+    if ctx.stats["files_in_views"] != ctx.rows_in:
+        return f"{ctx.rows_in} input files but {ctx.stats['files_in_views']} exposed in views"
+    return None
+
+
+STAGE = Stage(
+    name="build_catalog",
+    version=VERSION,
+    doc=__doc__,
+    inputs={"tables": Input("stage output Parquet files in the run layout", many=True)},
+    outputs={"catalog": Output(None, "the catalog DuckDB file")},
+    params={},
+    run=run,
+    invariant=_every_file_in_a_view,
+)
+
+if __name__ == "__main__":
+    STAGE.main()

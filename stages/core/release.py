@@ -1,0 +1,94 @@
+"""Releases: `<releases_dir>/<name>/<version>/` with benchmark.duckdb (materialized tables), the
+same tables as Parquet under parquet/, a dataset card README.md, and any seed-format exports.
+
+The version is a content hash of the release's inputs and params, so an identical rebuild gets
+the same version and a changed input or setting gets a new one. The folder is assembled under a
+temp name and renamed into place, so a release is either complete or absent.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .tables import atomic_write_bytes
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def release_version(input_paths: list[str], params: dict) -> str:
+    """Content hash of the inputs' bytes (order-independent) and the params."""
+    h = hashlib.sha256()
+    for digest in sorted(file_digest(p) for p in input_paths):
+        h.update(digest.encode())
+    h.update(json.dumps(params, sort_keys=True, default=str).encode())
+    return "v-" + h.hexdigest()[:12]
+
+
+def write_release(
+    releases_dir: str,
+    name: str,
+    version: str,
+    tables: dict[str, pa.Table],
+    card: str,
+    extra: Callable[[Path], None] | None = None,
+) -> Path:
+    """Assemble the release folder atomically and return its final path.
+
+    `extra(folder)` may add seed-format exports (e.g. JSONL plus images) inside the temp folder.
+    """
+    final = Path(releases_dir) / name / version
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=final.parent))
+    try:
+        (tmp / "parquet").mkdir()
+        con = duckdb.connect(str(tmp / "benchmark.duckdb"))
+        try:
+            for table_name, table in tables.items():
+                pq.write_table(table, tmp / "parquet" / f"{table_name}.parquet", compression="zstd")
+                con.register("_incoming", table)
+                con.execute(f'create table "{table_name}" as select * from _incoming')
+                con.unregister("_incoming")
+        finally:
+            con.close()
+        (tmp / "README.md").write_text(card)
+        if extra is not None:
+            extra(tmp)
+        if final.exists():  # same version = same content; replace so the folder is never mixed
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def write_manifest(path: str, name: str, version: str, folder: Path, tables: dict[str, pa.Table]) -> None:
+    manifest = {
+        "name": name,
+        "version": version,
+        "path": str(folder),
+        "tables": {t: tables[t].num_rows for t in tables},
+    }
+    atomic_write_bytes(path, json.dumps(manifest, indent=2).encode())
+
+
+def md_table(headers: list[str], rows: list[list]) -> str:
+    """A GitHub-flavoured markdown table."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,323 @@
+"""The stage contract (DESIGN.md §"The stage contract"): one tiny interface, one CLI runner.
+
+A stage module declares itself and ends with `STAGE.main()`:
+
+    STAGE = Stage(
+        name="filter_questions",
+        version="1",
+        doc=__doc__,
+        inputs={"posts": Input("kept image posts", many=True)},
+        outputs={"questions": Output("reddit_questions")},
+        params={"min_answer_chars": Param(int, 500, "answer must be longer than this")},
+        run=run,
+    )
+
+and runs alone:
+
+    python -m stages.filter_questions --input posts=a.parquet --output questions=b.parquet \
+        --params params.yaml          # or inline JSON: --params '{"min_answer_chars": 400}'
+
+`run(ctx)` reads inputs, writes rows through `ctx.writer(name)`/`ctx.write(name, rows)`, sends
+every dropped row to `ctx.reject(id, reason, detail)` and counts what it read with `ctx.add_input`.
+The runner then commits every output atomically, writes the rejects sidecar
+`<first output>.rejects.parquet` and `<first output>.report.json`, and checks the count invariant
+(rows in = rows out + rejected, over the outputs marked `counted`). A violation, an exception or
+a kill leaves no output behind.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import sys
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow as pa
+import yaml
+
+from .tables import REJECTS_SCHEMA, TableWriter, atomic_write_bytes, read_tables, table_schema, write_arrow_atomic
+
+log = logging.getLogger("citeforge")
+
+REQUIRED = object()
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "dict": dict}
+
+
+@dataclass(frozen=True)
+class Param:
+    type: type
+    default: Any = REQUIRED
+    help: str = ""
+
+    def check(self, name: str, value: Any) -> Any:
+        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if value is None and self.default is None:
+            return None
+        if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
+            raise StageError(f"param {name!r} must be {self.type.__name__}, got {type(value).__name__} {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Input:
+    help: str
+    many: bool = False  # several paths (shards) read as one table
+    optional: bool = False
+    kind: str = "table"  # table | file | dir
+
+
+@dataclass(frozen=True)
+class Output:
+    table: str | None  # schema name in schemas/tables; None for a non-table file or folder
+    help: str = ""
+    counted: bool = True  # part of "rows out" in the count invariant
+    many: bool = False  # several paths, e.g. one per shard
+
+
+class StageError(RuntimeError):
+    """A stage failed for a reason the user can act on (bad input, bad param, broken invariant)."""
+
+
+@dataclass
+class Stage:
+    name: str
+    version: str
+    doc: str | None
+    inputs: dict[str, Input]
+    outputs: dict[str, Output]
+    params: dict[str, Param]
+    run: Callable[["Context"], None]
+    # Fan-out stages state their own invariant: a function of the finished context that returns
+    # an error message, or None when the counts add up.
+    invariant: Callable[["Context"], str | None] | None = None
+
+    def main(self, argv: list[str] | None = None) -> None:
+        logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {self.name} %(levelname)s %(message)s")
+        try:
+            args = self._parser().parse_args(argv)
+            ctx = Context.from_args(self, args)
+            report = ctx.execute()
+        except StageError as err:
+            log.error("%s", err)
+            sys.exit(f"{self.name}: error: {err}")
+        log.info("done: %s", _summary(report))
+
+    def _parser(self) -> argparse.ArgumentParser:
+        lines = [f"stage {self.name} (version {self.version})", "", "inputs:"]
+        for name, spec in self.inputs.items():
+            extra = ", several paths" if spec.many else ""
+            extra += ", optional" if spec.optional else ""
+            lines.append(f"  {name:<22} {spec.kind}{extra}: {spec.help}")
+        lines.append("outputs:")
+        for name, spec in self.outputs.items():
+            what = f"table {spec.table}" if spec.table else "file"
+            lines.append(f"  {name:<22} {what}{', several paths' if spec.many else ''}: {spec.help}")
+        lines.append("params (default in brackets):")
+        for name, spec in self.params.items():
+            default = "required" if spec.default is REQUIRED else json.dumps(spec.default)
+            lines.append(f"  {name:<22} {spec.type.__name__} [{default}]: {spec.help}")
+        lines += ["", "Sidecars next to the first output: <output>.rejects.parquet, <output>.report.json."]
+        parser = argparse.ArgumentParser(
+            prog=f"python -m stages.{self.name}",
+            description=textwrap.dedent(self.doc or "").strip(),
+            epilog="\n".join(lines),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        parser.add_argument("--input", action="append", default=[], metavar="NAME=PATH", help="an input; repeat NAME for several paths")
+        parser.add_argument("--output", action="append", default=[], metavar="NAME=PATH", help="an output; repeat NAME for several paths")
+        parser.add_argument("--params", metavar="FILE|JSON", help="YAML/JSON file of params, or inline JSON")
+        parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="one param (YAML value), overrides --params")
+        return parser
+
+
+def _pairs(items: list[str], what: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = collections.defaultdict(list)
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise StageError(f"--{what} expects NAME=PATH, got {item!r}")
+        out[name].append(path)
+    return dict(out)
+
+
+def load_params(stage: Stage, params_arg: str | None, overrides: list[str]) -> dict[str, Any]:
+    given: dict[str, Any] = {}
+    if params_arg:
+        text = params_arg if params_arg.lstrip().startswith("{") else _read_text(params_arg, "params file")
+        loaded = yaml.safe_load(text) or {}
+        if not isinstance(loaded, dict):
+            raise StageError(f"--params must be a mapping, got {type(loaded).__name__}")
+        given.update(loaded)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise StageError(f"--param expects KEY=VALUE, got {item!r}")
+        given[key] = yaml.safe_load(value)
+    unknown = sorted(set(given) - set(stage.params))
+    if unknown:
+        raise StageError(f"unknown param(s) {unknown}; {stage.name} takes {sorted(stage.params)}")
+    params = {}
+    for name, spec in stage.params.items():
+        if name in given:
+            params[name] = spec.check(name, given[name])
+        elif spec.default is REQUIRED:
+            raise StageError(f"param {name!r} is required: {spec.help}")
+        else:
+            params[name] = spec.default
+    return params
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as err:
+        raise StageError(f"cannot read {what} {path}: {err}") from None
+
+
+class Context:
+    """What a stage's `run` sees: params, input paths, output writers, rejects and counters."""
+
+    def __init__(self, stage: Stage, inputs: dict[str, list[str]], outputs: dict[str, list[str]], params: dict[str, Any]):
+        self.stage = stage
+        self.params = params
+        self._inputs = inputs
+        self._outputs = outputs
+        self._writers: dict[tuple[str, int], TableWriter] = {}
+        self._rejects: list[dict] = []
+        self.rejected_by_reason: collections.Counter[str] = collections.Counter()
+        self.rows_in = 0
+        self.stats: collections.Counter[str] = collections.Counter()  # extra figures for the report
+        self._check_names()
+
+    @classmethod
+    def from_args(cls, stage: Stage, args: argparse.Namespace) -> "Context":
+        return cls(stage, _pairs(args.input, "input"), _pairs(args.output, "output"), load_params(stage, args.params, args.param))
+
+    def _check_names(self) -> None:
+        for kind, given, declared in (("input", self._inputs, self.stage.inputs), ("output", self._outputs, self.stage.outputs)):
+            unknown = sorted(set(given) - set(declared))
+            if unknown:
+                raise StageError(f"unknown {kind}(s) {unknown}; {self.stage.name} takes {sorted(declared)}")
+            for name, spec in declared.items():
+                paths = given.get(name, [])
+                if not paths and not (kind == "input" and spec.optional):
+                    raise StageError(f"missing --{kind} {name}=PATH ({spec.help})")
+                if len(paths) > 1 and not spec.many:
+                    raise StageError(f"{kind} {name!r} takes one path, got {len(paths)}")
+        for name, paths in self._inputs.items():
+            for path in paths:
+                if not Path(path).exists():
+                    raise StageError(f"input {name!r}: {path} does not exist")
+
+    # inputs -------------------------------------------------------------------------------
+    def has_input(self, name: str) -> bool:
+        return bool(self._inputs.get(name))
+
+    def input_paths(self, name: str) -> list[str]:
+        return list(self._inputs.get(name, []))
+
+    def input_path(self, name: str) -> str:
+        return self._inputs[name][0]
+
+    def read(self, name: str) -> pa.Table:
+        return read_tables(self._inputs[name])
+
+    def read_rows(self, name: str) -> list[dict]:
+        return self.read(name).to_pylist()
+
+    def add_input(self, n: int = 1) -> None:
+        self.rows_in += n
+
+    # outputs ------------------------------------------------------------------------------
+    def output_paths(self, name: str) -> list[str]:
+        return list(self._outputs[name])
+
+    def output_path(self, name: str) -> str:
+        return self._outputs[name][0]
+
+    def writer(self, name: str, index: int = 0) -> TableWriter:
+        key = (name, index)
+        if key not in self._writers:
+            table = self.stage.outputs[name].table
+            if table is None:
+                raise StageError(f"output {name!r} is a file, not a table: write it at ctx.output_path({name!r})")
+            self._writers[key] = TableWriter(self._outputs[name][index], table_schema(table), table)
+        return self._writers[key]
+
+    def write(self, name: str, rows: list[dict] | pa.Table, index: int = 0) -> None:
+        self.writer(name, index).write_many(rows)
+
+    def reject(self, item_id: str, reason: str, detail: str = "") -> None:
+        self._rejects.append({"id": item_id, "stage": self.stage.name, "reason": reason, "detail": detail[:2000]})
+        self.rejected_by_reason[reason] += 1
+
+    @property
+    def rejected(self) -> int:
+        return sum(self.rejected_by_reason.values())
+
+    def rows_out(self, name: str) -> int:
+        return sum(w.rows_written + len(w._pending) for (n, _), w in self._writers.items() if n == name)
+
+    # running ------------------------------------------------------------------------------
+    @property
+    def sidecar_base(self) -> Path:
+        first = next(iter(self.stage.outputs))
+        return Path(self._outputs[first][0])
+
+    def execute(self) -> dict:
+        started = time.monotonic()
+        try:
+            self.stage.run(self)
+            for name, spec in self.stage.outputs.items():  # every declared table exists, even if empty
+                if spec.table is not None:
+                    for index in range(len(self._outputs[name])):
+                        self.writer(name, index)
+            problem = self._invariant_problem()
+            if problem:
+                raise StageError(f"count invariant broken: {problem}")
+            for writer in self._writers.values():
+                writer.commit()
+        except BaseException:
+            for writer in self._writers.values():
+                writer.abort()
+            raise
+        for name, spec in self.stage.outputs.items():
+            if spec.table is None:
+                for path in self._outputs[name]:
+                    if not Path(path).exists():
+                        raise StageError(f"output {name!r} was not written at {path}")
+        base = self.sidecar_base
+        rejects = pa.Table.from_pylist(self._rejects, schema=REJECTS_SCHEMA)
+        write_arrow_atomic(f"{base}.rejects.parquet", rejects)
+        report = {
+            "stage": self.stage.name,
+            "version": self.stage.version,
+            "params": self.params,
+            "rows_in": self.rows_in,
+            "rows_out": {name: self.rows_out(name) for name, spec in self.stage.outputs.items() if spec.table},
+            "rejected": self.rejected,
+            "rejected_by_reason": dict(sorted(self.rejected_by_reason.items())),
+            "stats": dict(sorted(self.stats.items())),
+            "seconds": round(time.monotonic() - started, 3),
+        }
+        atomic_write_bytes(f"{base}.report.json", json.dumps(report, indent=2, default=str).encode())
+        return report
+
+    def _invariant_problem(self) -> str | None:
+        if self.stage.invariant is not None:
+            return self.stage.invariant(self)
+        out = sum(self.rows_out(n) for n, spec in self.stage.outputs.items() if spec.table and spec.counted)
+        if self.rows_in != out + self.rejected:
+            return f"rows in {self.rows_in} != rows out {out} + rejected {self.rejected}"
+        return None
+
+
+def _summary(report: dict) -> str:
+    outs = ", ".join(f"{k}={v}" for k, v in report["rows_out"].items())
+    return f"in={report['rows_in']} out[{outs}] rejected={report['rejected']} {report['seconds']}s"
