@@ -10,6 +10,10 @@ validate_config(config)  # fails before any job runs, naming the bad key
 
 include: "rules/common.smk"
 include: "rules/mavis.smk"
+include: "rules/images.smk"
+include: "rules/m2rag.smk"
+include: "rules/mcitebench.smk"
+include: "rules/evaluate.smk"
 
 
 rule release:

@@ -199,6 +199,7 @@ class TableWriter:
     def commit(self) -> None:
         self._flush()
         self._writer.close()
+        os.chmod(self._tmp, 0o644)
         os.replace(self._tmp, self.path)
 
     def abort(self) -> None:
@@ -237,6 +238,7 @@ def write_arrow_atomic(path: str | os.PathLike, table: pa.Table) -> None:
     os.close(fd)
     try:
         pq.write_table(table, tmp, compression="zstd")
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -250,6 +252,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

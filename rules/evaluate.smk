@@ -1,0 +1,1 @@
+# evaluate family rules: filled in by its issue

@@ -1,0 +1,1 @@
+# images family rules: filled in by its issue

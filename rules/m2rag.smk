@@ -1,0 +1,1 @@
+# m2rag family rules: filled in by its issue

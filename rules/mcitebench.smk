@@ -1,0 +1,1 @@
+# mcitebench family rules: filled in by its issue
