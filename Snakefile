@@ -12,6 +12,7 @@ include: "rules/common.smk"
 include: "rules/mavis.smk"
 include: "rules/images.smk"
 include: "rules/m2rag.smk"
+include: "rules/openreview.smk"
 include: "rules/mcitebench.smk"
 include: "rules/evaluate.smk"
 

@@ -1,0 +1,1 @@
+# MCiteBench sources (OpenReview harvest, MinerU parsing): filled in by its issue
