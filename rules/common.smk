@@ -32,12 +32,13 @@ def settings(value):
 
 
 def stage_io(wildcards, input, output):
-    """--input/--output flags from the rule's named inputs and outputs; `stage` and prompt files are
-    listed as inputs only so that editing them reruns the rule."""
+    """--input/--output flags from the rule's named inputs and outputs. Inputs named `stage` or
+    `prompt*` are listed only so that editing them reruns the rule; outputs named `sidecar_*` are
+    the runner's rejects/report files, declared so downstream rules can depend on them."""
     args = []
     for flag, files in (("--input", input), ("--output", output)):
         for name, value in files.items():
-            if name == "stage" or name.startswith("prompt"):
+            if name == "stage" or name.startswith(("prompt", "sidecar_")):
                 continue
             for path in [value] if isinstance(value, str) else value:
                 args += [flag, f"{name}={path}"]

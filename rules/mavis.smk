@@ -1,0 +1,66 @@
+# MAVIS family (seed mavis.txt §3.2 Step 1): pushshift dumps -> image posts -> VQA instances -> release.
+MAVIS = config.get("mavis", {})
+
+if MAVIS.get("enabled", False):
+    _harvest = {k: v for k, v in MAVIS["pushshift"].items() if k != "files"}
+
+    rule harvest_pushshift:
+        input:
+            stage=stage_file("harvest_pushshift"),
+            dumps=MAVIS["pushshift"]["files"],
+        output:
+            posts=[run_path("mavis", "harvest_pushshift", "posts", s) for s in SHARDS],
+            comments=[run_path("mavis", "harvest_pushshift", "comments", s) for s in SHARDS],
+            sidecar_rejects=run_path("mavis", "harvest_pushshift", "posts", SHARDS[0]) + ".rejects.parquet",
+        params:
+            io=stage_io,
+            version=stage_version("harvest_pushshift"),
+            settings=settings(_harvest),
+        log:
+            log_path("mavis", "harvest_pushshift"),
+        benchmark:
+            bench_path("mavis", "harvest_pushshift")
+        shell:
+            stage_shell("harvest_pushshift")
+
+    rule filter_questions:
+        input:
+            stage=stage_file("filter_questions"),
+            posts=run_path("mavis", "harvest_pushshift", "posts", "{shard}"),
+            comments=run_path("mavis", "harvest_pushshift", "comments", "{shard}"),
+        output:
+            questions=run_path("mavis", "filter_questions", "questions", "{shard}"),
+            sidecar_rejects=run_path("mavis", "filter_questions", "questions", "{shard}") + ".rejects.parquet",
+        params:
+            io=stage_io,
+            version=stage_version("filter_questions"),
+            settings=settings(MAVIS["filter"]),
+        log:
+            log_path("mavis", "filter_questions", "{shard}"),
+        benchmark:
+            bench_path("mavis", "filter_questions", "{shard}")
+        shell:
+            stage_shell("filter_questions")
+
+    rule release_mavis:
+        input:
+            stage=stage_file("release_mavis"),
+            questions=expand(run_path("mavis", "filter_questions", "questions", "{shard}"), shard=SHARDS),
+            rejects=[rules.harvest_pushshift.output.sidecar_rejects]
+            + expand(rules.filter_questions.output.sidecar_rejects, shard=SHARDS),
+        output:
+            manifest=f"{RUNDIR}/mavis/release_mavis/release.json",
+        params:
+            io=stage_io,
+            version=stage_version("release_mavis"),
+            settings=settings({**MAVIS["release"], "releases_dir": RELEASES_DIR}),
+        log:
+            log_path("mavis", "release_mavis"),
+        benchmark:
+            bench_path("mavis", "release_mavis")
+        shell:
+            stage_shell("release_mavis")
+
+    RELEASES.append(rules.release_mavis.output.manifest)
+    CATALOG_TABLES.extend(rules.harvest_pushshift.output.posts + rules.harvest_pushshift.output.comments)
+    CATALOG_TABLES.extend(expand(run_path("mavis", "filter_questions", "questions", "{shard}"), shard=SHARDS))

@@ -40,7 +40,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import yaml
 
-from .tables import REJECTS_SCHEMA, TableWriter, atomic_write_bytes, read_tables, table_schema, write_arrow_atomic
+from .tables import REJECTS_SCHEMA, TableWriter, atomic_write_bytes, read_tables, table_schema
 
 log = logging.getLogger("citeforge")
 
@@ -189,7 +189,7 @@ class Context:
         self._inputs = inputs
         self._outputs = outputs
         self._writers: dict[tuple[str, int], TableWriter] = {}
-        self._rejects: list[dict] = []
+        self._rejects: TableWriter | None = None  # streamed: a harvest may reject millions of rows
         self.rejected_by_reason: collections.Counter[str] = collections.Counter()
         self.rows_in = 0
         self.stats: collections.Counter[str] = collections.Counter()  # extra figures for the report
@@ -254,7 +254,9 @@ class Context:
         self.writer(name, index).write_many(rows)
 
     def reject(self, item_id: str, reason: str, detail: str = "") -> None:
-        self._rejects.append({"id": item_id, "stage": self.stage.name, "reason": reason, "detail": detail[:2000]})
+        if self._rejects is None:
+            self._rejects = TableWriter(f"{self.sidecar_base}.rejects.parquet", REJECTS_SCHEMA, "rejects")
+        self._rejects.write({"id": item_id, "stage": self.stage.name, "reason": reason, "detail": detail[:2000]})
         self.rejected_by_reason[reason] += 1
 
     @property
@@ -281,11 +283,14 @@ class Context:
             problem = self._invariant_problem()
             if problem:
                 raise StageError(f"count invariant broken: {problem}")
-            for writer in self._writers.values():
+            if self._rejects is None:  # an empty sidecar still documents "nothing rejected"
+                self._rejects = TableWriter(f"{self.sidecar_base}.rejects.parquet", REJECTS_SCHEMA, "rejects")
+            for writer in [*self._writers.values(), self._rejects]:
                 writer.commit()
         except BaseException:
-            for writer in self._writers.values():
-                writer.abort()
+            for writer in [*self._writers.values(), self._rejects]:
+                if writer is not None:
+                    writer.abort()
             raise
         for name, spec in self.stage.outputs.items():
             if spec.table is None:
@@ -293,8 +298,6 @@ class Context:
                     if not Path(path).exists():
                         raise StageError(f"output {name!r} was not written at {path}")
         base = self.sidecar_base
-        rejects = pa.Table.from_pylist(self._rejects, schema=REJECTS_SCHEMA)
-        write_arrow_atomic(f"{base}.rejects.parquet", rejects)
         report = {
             "stage": self.stage.name,
             "version": self.stage.version,

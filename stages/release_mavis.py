@@ -1,0 +1,93 @@
+"""Release the MAVIS Reddit family: the Step 1 VQA instances (MAVIS §3.2) as a benchmark folder.
+
+`<releases_dir>/<name>/<version>/`: benchmark.duckdb with the tables `questions` (every shard
+gathered, ordered by id) and `reject_counts` (stage, reason, rows: what the harvest and the
+filters dropped and why), the same tables under parquet/, and a dataset card README.md whose
+counts (by domain, by reject reason) are queried from those tables. The version is a content hash
+of the inputs and params: an identical rebuild lands in the same folder.
+
+Invariant: question rows in = question rows released.
+"""
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+
+from stages.core.release import md_table, release_version, write_manifest, write_release
+from stages.core.stage import Input, Output, Param, Stage
+from stages.core.tables import read_tables
+
+VERSION = "1"
+
+
+def card(name: str, version: str, tables: dict[str, pa.Table]) -> str:
+    con = duckdb.connect()
+    for table_name, table in tables.items():
+        con.register(table_name, table)
+    by_domain = con.execute("select domain, count(*) from questions group by 1 order by 2 desc, 1").fetchall()
+    images = con.execute("select coalesce(sum(len(image_urls)), 0), count(*) filter (where len(image_urls) > 1) from questions").fetchone()
+    rejects = con.execute("select stage, reason, rows from reject_counts order by stage, rows desc, reason").fetchall()
+    total = con.execute("select count(*) from questions").fetchone()[0]
+    return "\n\n".join(
+        [
+            f"# {name} {version}",
+            "Long-form visual questions from Reddit image posts, built as in MAVIS §3.2 Step 1: the post "
+            "title is the question (starts with a question word, ends with '?'), the post's images are the "
+            "visual input, and the highest-scored top-level comment of over 500 characters and 3+ sentences is "
+            "the answer. Built by citeforge; query with `duckdb benchmark.duckdb`.",
+            f"**{total} questions**, {images[0]} images, {images[1]} gallery questions.",
+            "## Questions by domain (MAVIS Table 11)",
+            md_table(["domain", "questions"], [list(r) for r in by_domain]),
+            "## Rows dropped, by stage and reason",
+            md_table(["stage", "reason", "rows"], [list(r) for r in rejects]) if rejects else "None.",
+            "## Tables",
+            md_table(["table", "rows"], [[t, tables[t].num_rows] for t in tables]),
+        ]
+    ) + "\n"
+
+
+def run(ctx):
+    questions = read_tables(ctx.input_paths("questions"))
+    ctx.add_input(questions.num_rows)
+    questions = questions.sort_by("id")
+    rejects = read_tables(ctx.input_paths("rejects")) if ctx.has_input("rejects") else None
+    con = duckdb.connect()
+    if rejects is not None and rejects.num_rows:
+        con.register("rejects", rejects)
+        reject_counts = con.execute("select stage, reason, count(*)::bigint as rows from rejects group by 1, 2 order by 1, 2").to_arrow_table()
+    else:
+        reject_counts = pa.table({"stage": pa.array([], pa.string()), "reason": pa.array([], pa.string()), "rows": pa.array([], pa.int64())})
+    tables = {"questions": questions, "reject_counts": reject_counts}
+    inputs = ctx.input_paths("questions") + ctx.input_paths("rejects")
+    version = release_version(inputs, {k: v for k, v in ctx.params.items() if k != "releases_dir"} | {"stage_version": VERSION})
+    name = ctx.params["name"]
+    folder = write_release(ctx.params["releases_dir"], name, version, tables, card(name, version, tables))
+    write_manifest(ctx.output_path("manifest"), name, version, folder, tables)
+    ctx.stats["released_questions"] = questions.num_rows
+
+
+def _all_questions_released(ctx):
+    if ctx.stats["released_questions"] != ctx.rows_in:
+        return f"{ctx.rows_in} questions in, {ctx.stats['released_questions']} released"
+    return None
+
+
+STAGE = Stage(
+    name="release_mavis",
+    version=VERSION,
+    doc=__doc__,
+    inputs={
+        "questions": Input("reddit_questions shards", many=True),
+        "rejects": Input("rejects sidecars of the family's stages, counted in the card", many=True, optional=True),
+    },
+    outputs={"manifest": Output(None, "release manifest JSON: name, version, path, table rows")},
+    params={
+        "name": Param(str, help="release name: data/releases/<name>/<version>/"),
+        "releases_dir": Param(str, "data/releases", "where releases land"),
+    },
+    run=run,
+    invariant=_all_questions_released,
+)
+
+if __name__ == "__main__":
+    STAGE.main()
