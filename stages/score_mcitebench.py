@@ -1,0 +1,213 @@
+"""MCiteBench's metrics (mcitebench.txt §4, Figures 3-4; breakdowns as Tables 2 and 4), on a 0-100 scale.
+
+Per response:
+- Citation recall (C-R): each sentence that carries citations gets its Table 7 support judgement
+  0 / 1 / 2 mapped to 0 / 0.5 / 1; the response's C-R is the mean over those sentences.
+- Citation precision (C-P): each cited item of a sentence gets its Table 8 relevance 0 / 1; a
+  sentence's precision is the mean over its distinct cited items, the response's C-P the mean over
+  its cited sentences. Citations of items that are not in the input are 0 (judge_citations scores
+  them without a call).
+- Citation F1 (C-F1): harmonic mean of the response's C-R and C-P; the benchmark figure is the
+  mean of per-response F1.
+- Source precision / recall / F1 (S-P, S-R, S-F1): the response-level citation set (the union of
+  all sentences' citations, items not in the input included, so they count as wrong) against the
+  ground-truth set (Eq. 1-2). S-EM is 1 when the two sets are equal (Eq. 3).
+- Accuracy (Acc): the Table 9 (explanation) or Table 10 (locating) rating 0 / 1 / 2 normalised to
+  0 / 50 / 100.
+
+Choices where the seed is silent (and where the reference scorer drops samples):
+- Only sentences that carry citations enter C-R and C-P, as in the seed's sentence-citation pairs.
+  A response with no citation at all is NOT dropped: its C-R, C-P and C-F1 are 0 (the task asks
+  every sentence to cite) and its S-P, S-R, S-F1 and S-EM are 0.
+- Duplicate citations count once (citations are sets, per sentence and per response).
+- A failed judge call is missing, never 0: a response's C-R is missing if any of its support
+  judgements failed (or is absent), its C-P if any relevance judgement failed, its C-F1 if either
+  is missing, its Acc if the answer judgement failed. Means are over the responses where the
+  metric is present; every summary row carries the count of responses missing it, and the report
+  counts failed judge calls. S-F1 / S-EM never depend on a judge.
+
+Inputs: responses (eval_responses), citations (eval_citations), sentences (eval_sentences),
+citation_judgements (eval_citation_judgements), answer_judgements (eval_answer_judgements), all
+for one candidate model.
+Outputs: scores (eval_scores, one row per response), summary (eval_summary, not counted: means per
+grouping overall / type_source / question_type / source / modality).
+Params: none.
+"""
+from __future__ import annotations
+
+import collections
+from statistics import mean
+
+from stages.core.stage import Input, Output, Stage
+
+VERSION = "1"
+
+METRICS = [
+    "citation_recall", "citation_precision", "citation_f1",
+    "source_precision", "source_recall", "source_f1", "source_em", "accuracy",
+]
+SUPPORT_CREDIT = {0: 0.0, 1: 0.5, 2: 1.0}
+
+
+def harmonic(p: float, r: float) -> float:
+    return 0.0 if p + r == 0 else 2 * p * r / (p + r)
+
+
+def citation_scores(sentences: list[dict], judgements: list[dict]) -> dict:
+    """C-R, C-P, C-F1 (0-1 scale, None = missing) of one response, and how many judgements are missing.
+
+    `sentences`: rows with `id` and `citations`; `judgements`: rows with `sentence_id`, `kind`,
+    `item` and `score` (None when the judge call failed).
+    """
+    cited = [s for s in sentences if s["citations"]]
+    if not cited:
+        return {"recall": 0.0, "precision": 0.0, "f1": 0.0, "missing": 0}
+    support = {j["sentence_id"]: j["score"] for j in judgements if j["kind"] == "support"}
+    relevance = {(j["sentence_id"], j["item"]): j["score"] for j in judgements if j["kind"] == "relevance"}
+    recalls, precisions, missing_r, missing_p = [], [], 0, 0
+    for s in cited:
+        score = support.get(s["id"])
+        if score is None:
+            missing_r += 1
+        else:
+            recalls.append(SUPPORT_CREDIT[score])
+        items = list(dict.fromkeys(s["citations"]))
+        rel = [relevance.get((s["id"], item)) for item in items]
+        missing_p += sum(r is None for r in rel)
+        if all(r is not None for r in rel):
+            precisions.append(mean(rel))
+    recall = mean(recalls) if not missing_r else None
+    precision = mean(precisions) if not missing_p else None
+    f1 = harmonic(precision, recall) if recall is not None and precision is not None else None
+    return {"recall": recall, "precision": precision, "f1": f1, "missing": missing_r + missing_p}
+
+
+def source_scores(predicted: list[str], gold: list[str]) -> dict:
+    """S-P, S-R, S-F1, S-EM (0-1 scale) of a response-level citation set against the ground truth."""
+    pred, truth = set(predicted), set(gold)
+    hit = len(pred & truth)
+    precision = hit / len(pred) if pred else 0.0
+    recall = hit / len(truth) if truth else 0.0
+    return {
+        "precision": precision,
+        "recall": recall,
+        "f1": harmonic(precision, recall),
+        "em": 1.0 if truth and pred == truth else 0.0,
+    }
+
+
+def accuracy(rating: int | None) -> float | None:
+    """Table 9/10 rating 0/1/2 normalised to 0-1; None stays missing."""
+    return None if rating is None else rating / 2
+
+
+def _pct(value: float | None) -> float | None:
+    return None if value is None else round(100 * value, 4)
+
+
+def score_response(response: dict, parsed: dict, sentences: list[dict], judgements: list[dict], answer: dict | None) -> dict:
+    cit = citation_scores(sentences, judgements)
+    src = source_scores(parsed["citations"], response["gold"])
+    rating = answer["rating"] if answer else None
+    return {
+        "id": response["id"],
+        "model": response["model"],
+        "question_id": response["question_id"],
+        "question_type": response["question_type"],
+        "source": response["source"],
+        "modality": response["modality"],
+        "n_cited_sentences": sum(1 for s in sentences if s["citations"]),
+        "citation_recall": _pct(cit["recall"]),
+        "citation_precision": _pct(cit["precision"]),
+        "citation_f1": _pct(cit["f1"]),
+        "source_precision": _pct(src["precision"]),
+        "source_recall": _pct(src["recall"]),
+        "source_f1": _pct(src["f1"]),
+        "source_em": _pct(src["em"]),
+        "accuracy": _pct(accuracy(rating)),
+        "missing_judgements": cit["missing"],
+        "accuracy_missing": rating is None,
+        "predicted": list(parsed["citations"]),
+        "gold": list(response["gold"]),
+    }
+
+
+def _groups(row: dict) -> list[tuple[str, str]]:
+    return [
+        ("overall", "all"),
+        ("type_source", f"{row['question_type']}/{row['source']}"),
+        ("question_type", row["question_type"]),
+        ("source", row["source"]),
+        ("modality", row["modality"]),
+    ]
+
+
+def summarize(model: str, scores: list[dict]) -> list[dict]:
+    """Mean of every metric per group, with the number of responses scored and missing."""
+    buckets: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
+    for row in scores:
+        for key in _groups(row):
+            buckets[key].append(row)
+    out = []
+    for (grouping, grp), rows in sorted(buckets.items()):
+        for metric in METRICS:
+            values = [r[metric] for r in rows if r[metric] is not None]
+            out.append({
+                "model": model, "grouping": grouping, "grp": grp, "metric": metric,
+                "value": round(mean(values), 4) if values else None,
+                "n": len(values), "missing": len(rows) - len(values),
+            })
+    return out
+
+
+def run(ctx):
+    responses = ctx.read_rows("responses")
+    parsed = {r["id"]: r for r in ctx.read_rows("citations")}
+    sentences = collections.defaultdict(list)
+    for s in ctx.read_rows("sentences"):
+        sentences[s["response_id"]].append(s)
+    judgements = collections.defaultdict(list)
+    for j in ctx.read_rows("citation_judgements"):
+        judgements[j["response_id"]].append(j)
+        ctx.stats[f"citation_judgements_{j['status']}"] += 1
+    answers = {}
+    for a in ctx.read_rows("answer_judgements"):
+        answers[a["id"]] = a
+        ctx.stats[f"answer_judgements_{a['status']}"] += 1
+    scores = []
+    for response in responses:
+        ctx.add_input()
+        if response["id"] not in parsed:
+            ctx.reject(response["id"], "not_parsed", "split_citations has no row for this response")
+            continue
+        row = score_response(response, parsed[response["id"]], sentences[response["id"]], judgements[response["id"]], answers.get(response["id"]))
+        ctx.stats["responses_missing_citation_scores"] += row["citation_f1"] is None
+        ctx.stats["responses_missing_accuracy"] += row["accuracy_missing"]
+        scores.append(row)
+    ctx.write("scores", scores)
+    models = sorted({r["model"] for r in responses})
+    for model in models:
+        ctx.write("summary", summarize(model, [s for s in scores if s["model"] == model]))
+
+
+STAGE = Stage(
+    name="score_mcitebench",
+    version=VERSION,
+    doc=__doc__,
+    inputs={
+        "responses": Input("eval_responses of one model"),
+        "citations": Input("eval_citations from split_citations"),
+        "sentences": Input("eval_sentences from split_citations"),
+        "citation_judgements": Input("eval_citation_judgements from judge_citations"),
+        "answer_judgements": Input("eval_answer_judgements from judge_answers"),
+    },
+    outputs={
+        "scores": Output("eval_scores", "one row per response"),
+        "summary": Output("eval_summary", "means per group", counted=False),
+    },
+    params={},
+    run=run,
+)
+
+if __name__ == "__main__":
+    STAGE.main()

@@ -1,0 +1,127 @@
+"""Split responses into sentences with their citations (mcitebench.txt §3.1 and §4 "sentence-citation
+pairs"; §5.1 citation forms). The seed asks GPT-4o to do this; we do it with a deterministic parser,
+so a score never depends on a model's reading of the citations.
+
+Sentences: each non-empty line is split with blingfire; a "sentence" made only of citation markers
+("[2].") belongs to the sentence before it.
+Citations, normalised to the labels the input items carry:
+- text items: "[1]", "[1][2]", "[1, 2]", "[1; 2]", "[1-3]" -> "[1]", "[2]", "[3]";
+- figures and tables through the shared reference parser (stages.core.refs): "Figure 3", "Fig. 3",
+  "Figures 2 and 3", "Table 2", "Tab. 2", "Tables 2/3"; sub-figures fold ("Figure 3a" -> Figure 3).
+Duplicates within a sentence count once. Citations of items that are not among the response's
+input items are kept (listed in `unknown`) and scored as wrong downstream, never dropped.
+
+Inputs: responses (eval_responses).
+Outputs: citations (eval_citations, one row per response: the response-level citation set),
+sentences (eval_sentences, one row per sentence, not counted).
+Params: none.
+"""
+from __future__ import annotations
+
+import re
+
+import blingfire
+
+from stages.core.ids import content_id
+from stages.core.refs import figure_table_refs
+from stages.core.stage import Input, Output, Stage
+
+VERSION = "1"
+
+_BRACKET = re.compile(r"\[\s*(\d+(?:\s*(?:[,;]|[-\u2013])\s*\d+)*)\s*\]")
+_ONLY_MARKERS = re.compile(r"^(?:\s*\[[\d\s,;\-\u2013]+\])+\s*[.!?]?\s*$")
+
+
+def _bracket_numbers(body: str) -> list[str]:
+    """ "1, 2" -> 1, 2; "1-3" -> 1, 2, 3 (the regex guarantees digits)."""
+    numbers = []
+    for part in re.split(r"\s*[,;]\s*", body.strip()):
+        ends = [int(n) for n in re.split(r"\s*[-\u2013]\s*", part)]
+        if len(ends) == 2 and 0 <= ends[1] - ends[0] <= 20:
+            numbers += [str(n) for n in range(ends[0], ends[1] + 1)]
+        else:
+            numbers += [str(n) for n in ends]
+    return numbers
+
+
+def citations_in(sentence: str) -> list[str]:
+    """Distinct citation labels of one sentence in text order: "[k]", "Figure N", "Table N"."""
+    found = [(m.start(), f"[{n}]") for m in _BRACKET.finditer(sentence) for n in _bracket_numbers(m.group(1))]
+    found += [(ref.span[0], ref.label) for ref in figure_table_refs(sentence)]
+    found.sort(key=lambda pair: pair[0])  # stable: a list keeps its own order
+    return list(dict.fromkeys(label for _, label in found))
+
+
+def split_sentences(text: str) -> list[str]:
+    sentences: list[str] = []
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        for sentence in blingfire.text_to_sentences(line.strip()).split("\n"):
+            sentence = sentence.strip()
+            if not sentence:
+                continue
+            if sentences and _ONLY_MARKERS.match(sentence):
+                sentences[-1] = f"{sentences[-1]} {sentence}"
+            else:
+                sentences.append(sentence)
+    return sentences
+
+
+def parse_response(response: dict) -> tuple[dict, list[dict]]:
+    """The response-level citation row and the sentence rows of one eval_responses row."""
+    known = {item["label"] for item in response["items"]}
+    rows, everything = [], []
+    for index, sentence in enumerate(split_sentences(response["response"])):
+        cites = citations_in(sentence)
+        everything += cites
+        rows.append({
+            "id": content_id("sent", response["id"], index),
+            "response_id": response["id"],
+            "model": response["model"],
+            "question_id": response["question_id"],
+            "sentence_index": index,
+            "sentence": sentence,
+            "citations": cites,
+            "unknown": [c for c in cites if c not in known],
+        })
+    distinct = list(dict.fromkeys(everything))
+    parsed = {
+        "id": response["id"],
+        "model": response["model"],
+        "question_id": response["question_id"],
+        "n_sentences": len(rows),
+        "n_cited_sentences": sum(1 for r in rows if r["citations"]),
+        "citations": distinct,
+        "unknown": [c for c in distinct if c not in known],
+    }
+    return parsed, rows
+
+
+def run(ctx):
+    for response in ctx.read_rows("responses"):
+        ctx.add_input()
+        parsed, sentences = parse_response(response)
+        ctx.stats["sentences"] += parsed["n_sentences"]
+        ctx.stats["cited_sentences"] += parsed["n_cited_sentences"]
+        ctx.stats["citations_not_in_input"] += len(parsed["unknown"])
+        ctx.stats["responses_without_citations"] += not parsed["citations"]
+        ctx.write("citations", [parsed])
+        ctx.write("sentences", sentences)
+
+
+STAGE = Stage(
+    name="split_citations",
+    version=VERSION,
+    doc=__doc__,
+    inputs={"responses": Input("eval_responses from generate_answers")},
+    outputs={
+        "citations": Output("eval_citations", "one row per response"),
+        "sentences": Output("eval_sentences", "one row per sentence", counted=False),
+    },
+    params={},
+    run=run,
+)
+
+if __name__ == "__main__":
+    STAGE.main()
