@@ -1,0 +1,216 @@
+"""The fetch layer against real local HTTP servers on 127.0.0.1 (pytest-httpserver, raw sockets)."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+from pytest_httpserver import HTTPServer
+from werkzeug import Response
+
+from stages.core.fetch import AddressGuard, Fetcher, FetchError, FetchSettings, load_archive
+
+LOCAL = ("127.0.0.1/32",)
+
+
+def settings(**overrides) -> FetchSettings:
+    base = dict(allow_networks=LOCAL, timeout_s=2.0, attempts=3, backoff_s=0.05, max_retry_sleep_s=5.0)
+    base.update(overrides)
+    return FetchSettings.from_dict(base)
+
+
+def fail_reason(fetcher: Fetcher, url: str, **kw) -> str:
+    with pytest.raises(FetchError) as info:
+        fetcher.fetch(url, **kw)
+    return info.value.reason
+
+
+@pytest.mark.parametrize(
+    "address, why",
+    [
+        ("127.0.0.1", "loopback"),
+        ("::1", "loopback"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("10.1.2.3", "private"),
+        ("192.168.0.1", "private"),
+        ("169.254.169.254", "cloud metadata"),
+        ("fd00:ec2::254", "cloud metadata"),
+        ("100.100.100.200", "cloud metadata"),
+        ("fe80::1", "link-local"),
+        ("224.0.0.1", "multicast"),
+        ("0.0.0.0", "unspecified"),
+        ("100.64.0.1", "not globally routable"),
+        ("8.8.8.8", None),
+        ("2606:4700:4700::1111", None),
+    ],
+)
+def test_guard_classifies_addresses(address, why):
+    assert AddressGuard().why_blocked(address) == why
+
+
+def test_loopback_blocked_by_default_and_allowed_by_allow_list(httpserver: HTTPServer):
+    httpserver.expect_request("/a.txt").respond_with_data(b"hello", content_type="text/plain")
+    with Fetcher(FetchSettings()) as strict:
+        assert fail_reason(strict, httpserver.url_for("/a.txt")) == "blocked_address"
+    assert httpserver.log == []  # refused before connecting
+    with Fetcher(settings()) as fetcher:
+        got = fetcher.fetch(httpserver.url_for("/a.txt"))
+    assert (got.status, got.body, got.content_type) == (200, b"hello", "text/plain")
+
+
+def test_redirect_to_private_and_metadata_addresses_is_blocked(httpserver: HTTPServer):
+    port = httpserver.port
+    httpserver.expect_request("/to-loopback").respond_with_response(Response(status=302, headers={"Location": f"http://127.0.0.2:{port}/secret"}))
+    httpserver.expect_request("/to-metadata").respond_with_response(Response(status=301, headers={"Location": "http://169.254.169.254/latest/meta-data/"}))
+    httpserver.expect_request("/to-private").respond_with_response(Response(status=307, headers={"Location": "http://10.0.0.7/admin"}))
+    httpserver.expect_request("/secret").respond_with_data(b"secret")
+    with Fetcher(settings()) as fetcher:
+        for path in ("/to-loopback", "/to-metadata", "/to-private"):
+            with pytest.raises(FetchError) as info:
+                fetcher.fetch(httpserver.url_for(path))
+            assert info.value.reason == "blocked_address", path
+    assert "127.0.0.2" in str(info.value) or "10.0.0.7" in str(info.value)
+    assert all(req.path != "/secret" for req, _ in httpserver.log)
+
+
+def test_peer_check_after_connect_refuses_what_the_pre_check_missed(httpserver: HTTPServer):
+    """The connection-level guard sees the socket's real peer, whatever DNS said earlier."""
+    httpserver.expect_request("/x").respond_with_data(b"x")
+    fetcher = Fetcher(FetchSettings())
+    with pytest.raises(FetchError, match="blocked_address"):
+        fetcher.session.get(httpserver.url_for("/x"), timeout=2)  # skips check_host on purpose
+    fetcher.close()
+
+
+def test_redirects_followed_and_counted(httpserver: HTTPServer):
+    httpserver.expect_request("/old").respond_with_response(Response(status=301, headers={"Location": "/new"}))
+    httpserver.expect_request("/new").respond_with_data(b"moved", content_type="text/plain")
+    httpserver.expect_request("/loop").respond_with_response(Response(status=302, headers={"Location": "/loop"}))
+    with Fetcher(settings(max_redirects=3)) as fetcher:
+        got = fetcher.fetch(httpserver.url_for("/old"))
+        assert (got.body, got.redirects, got.final_url) == (b"moved", 1, httpserver.url_for("/new"))
+        assert fail_reason(fetcher, httpserver.url_for("/loop")) == "too_many_redirects"
+
+
+def test_429_with_retry_after_then_success(httpserver: HTTPServer):
+    httpserver.expect_ordered_request("/busy").respond_with_response(Response(status=429, headers={"Retry-After": "1"}))
+    httpserver.expect_ordered_request("/busy").respond_with_data(b"ok")
+    with Fetcher(settings()) as fetcher:
+        started = time.monotonic()
+        got = fetcher.fetch(httpserver.url_for("/busy"))
+        waited = time.monotonic() - started
+    assert got.body == b"ok"
+    assert waited >= 0.95  # Retry-After honoured, not the 0.05 s backoff
+    assert fetcher.stats["retries"] == 1 and fetcher.stats["requests"] == 2
+
+
+def test_persistent_5xx_and_404_reasons(httpserver: HTTPServer):
+    httpserver.expect_request("/down").respond_with_data(b"no", status=503)
+    httpserver.expect_request("/gone").respond_with_data(b"no", status=404)
+    with Fetcher(settings(attempts=2)) as fetcher:
+        assert fail_reason(fetcher, httpserver.url_for("/down")) == "http_503"
+        assert fail_reason(fetcher, httpserver.url_for("/gone")) == "http_404"
+    assert sum(1 for req, _ in httpserver.log if req.path == "/down") == 2
+    assert sum(1 for req, _ in httpserver.log if req.path == "/gone") == 1  # a 404 is not retried
+
+
+def test_timeout(httpserver: HTTPServer):
+    def slow(request):
+        time.sleep(1.0)
+        return Response(b"late")
+
+    httpserver.expect_request("/slow").respond_with_handler(slow)
+    with Fetcher(settings(timeout_s=0.2, attempts=1)) as fetcher:
+        assert fail_reason(fetcher, httpserver.url_for("/slow")) == "timeout"
+
+
+def test_connection_reset_is_retried():
+    """A raw server that drops the first connection without a word, then answers properly."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    port = server.getsockname()[1]
+
+    def serve():
+        for n in range(2):
+            conn, _ = server.accept()
+            conn.recv(65536)
+            if n == 1:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    with Fetcher(settings()) as fetcher:
+        got = fetcher.fetch(f"http://127.0.0.1:{port}/r")
+    thread.join(5)
+    server.close()
+    assert got.body == b"ok" and fetcher.stats["retries"] == 1
+
+
+def test_size_cap_and_content_type(httpserver: HTTPServer):
+    httpserver.expect_request("/big").respond_with_data(b"x" * 5000, content_type="image/png")
+
+    def chunked(request):  # no Content-Length: the cap is enforced while streaming
+        return Response((b"y" * 1000 for _ in range(10)), content_type="image/png", direct_passthrough=True)
+
+    httpserver.expect_request("/stream").respond_with_handler(chunked)
+    httpserver.expect_request("/page").respond_with_data(b"<html></html>", content_type="text/html; charset=utf-8")
+    with Fetcher(settings(max_bytes=4000)) as fetcher:
+        assert fail_reason(fetcher, httpserver.url_for("/big")) == "too_large"
+        assert fail_reason(fetcher, httpserver.url_for("/stream")) == "too_large"
+        assert fail_reason(fetcher, httpserver.url_for("/page"), accept=("image/",)) == "bad_content_type"
+        assert fetcher.fetch(httpserver.url_for("/page"), accept=("image/", "text/html")).body == b"<html></html>"
+
+
+def test_bad_urls():
+    with Fetcher(settings()) as fetcher:
+        for url in ("ftp://example.org/x", "file:///etc/passwd", "http:///nohost", "http://127.0.0.1:99999/"):
+            assert fail_reason(fetcher, url) == "bad_url", url
+
+
+def test_settings_reject_unknown_keys_and_bad_values():
+    with pytest.raises(ValueError, match="unknown fetch setting"):
+        FetchSettings.from_dict({"timeout": 3})
+    with pytest.raises(ValueError, match="mode"):
+        FetchSettings.from_dict({"mode": "offline"})
+    with pytest.raises(ValueError):
+        FetchSettings.from_dict({"allow_networks": ["not-a-cidr"]})
+    with pytest.raises(ValueError, match="replay_warcs"):
+        Fetcher(FetchSettings(mode="replay"))
+
+
+def test_record_then_replay_with_the_server_stopped(tmp_path):
+    server = HTTPServer(host="127.0.0.1", port=0)
+    server.expect_request("/img.png").respond_with_data(b"\x89PNG fake bytes", content_type="image/png")
+    server.expect_request("/r").respond_with_response(Response(status=302, headers={"Location": "/img.png"}))
+    server.expect_request("/missing").respond_with_data(b"", status=404)
+    server.start()
+    urls = [server.url_for(p) for p in ("/img.png", "/r", "/missing")]
+    warc = tmp_path / "rec.warc.gz"
+    with Fetcher(settings(mode="record"), record_to=warc) as recorder:
+        live = [recorder.fetch(urls[0]), recorder.fetch(urls[1])]
+        assert fail_reason(recorder, urls[2]) == "http_404"
+        assert fail_reason(recorder, "http://10.9.9.9/x") == "blocked_address"
+    server.stop()
+    assert warc.exists() and not list(tmp_path.glob(".*.tmp"))
+    assert len(load_archive((str(warc),))) == 4  # image, redirect hop, 404, blocked failure (image fetched twice, kept once)
+
+    with Fetcher(settings(mode="replay", replay_warcs=[str(warc)])) as replayer:
+        again = [replayer.fetch(urls[0]), replayer.fetch(urls[1])]
+        assert fail_reason(replayer, urls[2]) == "http_404"
+        assert fail_reason(replayer, "http://10.9.9.9/x") == "blocked_address"  # the recorded failure
+        assert fail_reason(replayer, server.url_for("/never")) == "not_in_archive"
+    assert [(f.body, f.final_url, f.redirects, f.content_type) for f in again] == [
+        (f.body, f.final_url, f.redirects, f.content_type) for f in live
+    ]
+    assert replayer.stats["requests"] == 0
+
+
+def test_failed_recording_leaves_no_archive(tmp_path):
+    warc = tmp_path / "rec.warc.gz"
+    with pytest.raises(RuntimeError):
+        with Fetcher(settings(mode="record"), record_to=warc):
+            raise RuntimeError("stage died")
+    assert not warc.exists() and not list(tmp_path.iterdir())
