@@ -1,0 +1,189 @@
+"""Evidence pairing (MCiteBench §3.4): resolve each question's explicit references to the paper's
+parsed elements, automatically where the seed used human annotators (the review sheet of
+quality_control keeps the human round-trip).
+
+An explanation answer's references are found by the shared parser (stages/core/refs.py) and
+resolved in the paper's elements (MinerU output, table mcitebench_elements):
+- "Figure 3" / "Table 2": the figure/table element with that label (sub-figures are folded);
+- "Section 4.2": the text paragraphs of section 4.2 and its subsections;
+- "Line 39" / "Lines 39-41": the paragraph(s) whose margin line numbers hold those lines, where the
+  PDF has line numbers; "Section 4.3, Line 39" prefers paragraphs of section 4.3 and falls back to
+  the whole section when the PDF has no line numbers.
+A question is rejected when any reference points into the appendix (`appendix_reference`: the seed
+keeps main-body evidence only), cannot be resolved (`unresolved_reference`), is a figure/table
+without an image crop (`evidence_without_image`), or when it needs more than `max_evidence`
+elements (`too_much_evidence`: evidence plus distractors form a fixed-size input). A locating
+question already names its element (generate_locating_qa), which is checked the same way.
+
+Each question records its evidence modality (text, figure, table, or mixed when several) and
+whether it is single- or multi-source (one evidence element or several).
+
+Inputs:  qa (mcitebench_qa, explanation and locating shards), elements (mcitebench_elements)
+Outputs: questions (mcitebench_questions, counted), evidence (mcitebench_evidence, one row per
+         question and element)
+Params:  max_evidence
+Invariant: QA rows in = questions out + rejected.
+"""
+from __future__ import annotations
+
+import collections
+
+from stages.core.ids import content_id
+from stages.core.refs import Ref, parse_refs, unique_refs
+from stages.core.stage import Input, Output, Param, Stage
+
+VERSION = "1"
+EVIDENCE_MODALITIES = ("text", "figure", "table")
+
+
+class Unresolved(Exception):
+    """A reference that cannot become evidence; args are (reason code, detail)."""
+
+
+def label_key(label: str | None) -> tuple[str, str] | None:
+    """("figure", "3") for an element label such as "Figure 3" (None when it is not one)."""
+    found = parse_refs(label or "")
+    return (found[0].kind, found[0].number) if len(found) == 1 and found[0].kind in ("figure", "table") else None
+
+
+def modality_of(modalities: list[str]) -> str:
+    kinds = set(modalities)
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+def evidence_key(element: dict) -> str:
+    """How a locating question's element is named in MCiteBench's evidence_keys."""
+    if element["modality"] in ("figure", "table") and element["label"]:
+        return element["label"]
+    if element["section_number"]:
+        return f"Section {element['section_number']}"
+    return f"Page {element['page'] + 1}"
+
+
+class PaperIndex:
+    """One paper's elements, indexed the ways references point at them."""
+
+    def __init__(self, elements: list[dict]):
+        self.elements = sorted(elements, key=lambda e: (e["reading_order"], e["id"]))
+        self.by_id = {e["id"]: e for e in self.elements}
+        self.by_label: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
+        for e in self.elements:
+            key = label_key(e["label"]) if e["modality"] in ("figure", "table") else None
+            if key and key[0] == e["modality"]:
+                self.by_label[key].append(e)
+        self.paragraphs = [e for e in self.elements if e["modality"] == "text"]
+        self.has_line_numbers = any(e["line_start"] is not None for e in self.paragraphs)
+
+    def in_section(self, number: str) -> list[dict]:
+        return [e for e in self.elements if e["section_number"] and (e["section_number"] == number or e["section_number"].startswith(number + "."))]
+
+    def holding_lines(self, lines: tuple[int, int], candidates: list[dict]) -> list[dict]:
+        first, last = lines
+        return [e for e in candidates if e["line_start"] is not None and e["line_start"] <= last and (e["line_end"] if e["line_end"] is not None else e["line_start"]) >= first]
+
+    def resolve(self, ref: Ref) -> list[dict]:
+        """The main-body elements a reference points at; raises Unresolved."""
+        if ref.kind == "appendix" or ref.lettered:
+            raise Unresolved("appendix_reference", f"{ref.label} is appendix material")
+        if ref.kind in ("figure", "table"):
+            found = self.by_label.get((ref.kind, ref.number), [])
+            element = _main_body(ref, found, f"no {ref.kind} labelled {ref.label}")[0]  # one element per label
+            if not element["image_sha256"]:
+                raise Unresolved("evidence_without_image", f"{ref.label} ({element['id']}) has no image crop")
+            return [element]
+        if ref.kind == "line":
+            if not self.has_line_numbers:
+                raise Unresolved("unresolved_reference", f"{ref.label}: the parsed paper has no line numbers")
+            return _main_body(ref, self.holding_lines(ref.lines, self.paragraphs), f"no paragraph holds {ref.label}")
+        section = [e for e in self.in_section(ref.number) if e["modality"] == "text"]
+        if ref.lines and self.has_line_numbers:
+            found = self.holding_lines(ref.lines, section) or self.holding_lines(ref.lines, self.paragraphs)
+            return _main_body(ref, found, f"no paragraph holds {ref.label}")
+        return _main_body(ref, section, f"no text paragraphs in {ref.label}")
+
+
+def _main_body(ref: Ref, found: list[dict], missing: str) -> list[dict]:
+    if not found:
+        raise Unresolved("unresolved_reference", missing)
+    kept = [e for e in found if not e["is_appendix"]]
+    if not kept:
+        raise Unresolved("appendix_reference", f"{ref.label} resolves to appendix elements only")
+    return kept
+
+
+def pair(qa: dict, index: PaperIndex) -> list[tuple[str, dict]]:
+    """(evidence key, element) pairs of one question, in reference order; raises Unresolved."""
+    if qa["question_type"] == "locating":
+        pairs = []
+        for element_id in qa["evidence_element_ids"]:
+            element = index.by_id.get(element_id)
+            if element is None:
+                raise Unresolved("unresolved_reference", f"element {element_id} is not among the paper's elements")
+            if element["modality"] in ("figure", "table") and not element["image_sha256"]:
+                raise Unresolved("evidence_without_image", f"{element_id} has no image crop")
+            pairs.append((evidence_key(element), element))
+        return pairs
+    refs = unique_refs(parse_refs(qa["answer"]))
+    if not refs:
+        raise Unresolved("no_reference", "the answer has no explicit reference")
+    pairs, seen = [], set()
+    for ref in refs:
+        for element in index.resolve(ref):
+            if element["id"] not in seen:
+                seen.add(element["id"])
+                pairs.append((ref.label, element))
+    return pairs
+
+
+def run(ctx):
+    by_paper: dict[str, list[dict]] = collections.defaultdict(list)
+    for element in ctx.read_rows("elements"):
+        by_paper[element["paper_id"]].append(element)
+    indexes = {paper: PaperIndex(elements) for paper, elements in by_paper.items()}
+    empty = PaperIndex([])
+    max_evidence = ctx.params["max_evidence"]
+    for qa in ctx.read_rows("qa"):
+        ctx.add_input()
+        try:
+            pairs = pair(qa, indexes.get(qa["paper_id"], empty))
+            if not pairs:
+                raise Unresolved("unresolved_reference", "no evidence element")
+            if len(pairs) > max_evidence:
+                raise Unresolved("too_much_evidence", f"{len(pairs)} evidence elements > max_evidence {max_evidence}: " + ", ".join(k for k, _ in pairs))
+        except Unresolved as why:
+            ctx.reject(qa["id"], why.args[0], f"{qa['paper_id']}: {why.args[1]}")
+            continue
+        modalities = [element["modality"] for _, element in pairs]
+        ctx.write("evidence", [
+            {"id": content_id("ev", qa["id"], element["id"]), "question_id": qa["id"], "paper_id": qa["paper_id"],
+             "element_id": element["id"], "key": key, "rank": rank, "modality": element["modality"]}
+            for rank, (key, element) in enumerate(pairs)
+        ])
+        ctx.write("questions", [{
+            "id": qa["id"], "paper_id": qa["paper_id"], "question_type": qa["question_type"], "question": qa["question"],
+            "answer": qa["answer"], "options": qa["options"], "gold": qa["gold"], "explanation": qa["explanation"],
+            "source_id": qa["source_id"], "evidence_count": len(pairs), "evidence_modality": modality_of(modalities),
+            "source_type": "single" if len(pairs) == 1 else "multi", "page_idx": pairs[0][1]["page"], "distractor_count": None,
+        }])
+        ctx.stats[f"evidence_{modality_of(modalities)}"] += 1
+    ctx.stats["evidence_rows"] = ctx.rows_out("evidence")
+
+
+STAGE = Stage(
+    name="pair_evidence",
+    version=VERSION,
+    doc=__doc__,
+    inputs={
+        "qa": Input("QA pairs (mcitebench_qa): explanation and locating", many=True),
+        "elements": Input("parsed paper elements (mcitebench_elements)", many=True),
+    },
+    outputs={
+        "questions": Output("mcitebench_questions", "questions with their evidence modality and source type"),
+        "evidence": Output("mcitebench_evidence", "one row per question and evidence element", counted=False),
+    },
+    params={"max_evidence": Param(int, 4, "most evidence elements a question may have (the input holds evidence + distractors)")},
+    run=run,
+)
+
+if __name__ == "__main__":
+    STAGE.main()
