@@ -80,8 +80,8 @@ def parse_type(spec: str) -> pa.DataType:
 
 
 @lru_cache(maxsize=None)
-def table_schema(table: str, schema_dir: Path = SCHEMA_DIR) -> pa.Schema:
-    path = schema_dir / f"{table}.yaml"
+def table_schema(table: str) -> pa.Schema:
+    path = SCHEMA_DIR / f"{table}.yaml"
     if not path.exists():
         raise SchemaError(f"no schema file for table {table!r} (expected {path})")
     spec = yaml.safe_load(path.read_text())

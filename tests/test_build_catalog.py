@@ -1,0 +1,36 @@
+"""build_catalog: views over stage outputs (shards unioned), rejects and reports, from any folder."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import run_stage
+from stages.core.tables import write_table
+
+
+def test_catalog_views_answer_from_another_folder(tmp_path):
+    run = tmp_path / "runs" / "demo"
+    rows = [{"id": f"reddit:c{i}", "post_id": "reddit:p", "body": "b", "score": i, "author": "a", "created_utc": 1} for i in range(5)]
+    paths = []
+    for shard in range(2):
+        path = run / "mavis" / "harvest_pushshift" / f"comments.{shard:05d}.parquet"
+        write_table(path, rows[shard::2], "reddit_comments")
+        paths.append(path)
+    (run / "mavis" / "harvest_pushshift" / "comments.00000.parquet.report.json").write_text(json.dumps(
+        {"stage": "harvest_pushshift", "rows_in": 9, "rows_out": {"comments": 5}, "rejected": 4, "rejected_by_reason": {"x": 4}, "seconds": 1.0}))
+    catalog = run / "catalog.duckdb"
+    run_stage("build_catalog", *[f"--input=tables={p}" for p in paths], f"--output=catalog={catalog}")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    query = (
+        "import duckdb, sys; c = duckdb.connect(sys.argv[1], read_only=True); "
+        "print(c.execute('select count(*), sum(score) from mavis.comments').fetchone()); "
+        "print(c.execute('select stage, rows_in, rejected from mavis.stage_reports').fetchone())"
+    )
+    out = subprocess.run([sys.executable, "-c", query, str(catalog)], cwd=elsewhere, capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": ""}).stdout.splitlines()
+    assert out == ["(5, 10)", "('harvest_pushshift', 9, 4)"]
+    report = json.loads((run / "catalog.duckdb.report.json").read_text())
+    assert report["rows_in"] == 2 and report["stats"]["views"] == 1

@@ -1,0 +1,167 @@
+"""The stage contract: CLI, params, atomic writes, schema checks, sidecars and the count invariant."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from stages.core import tables
+from stages.core.ids import content_id, shard_of
+from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.tables import SchemaError, parse_type, table_schema, write_table
+
+
+@pytest.fixture
+def schema_dir(tmp_path, monkeypatch):
+    folder = tmp_path / "schemas"
+    folder.mkdir()
+    (folder / "things.yaml").write_text(
+        "table: things\ncolumns:\n  id: string\n  n: int64\n  tags: list<string>\n  meta: struct<a:string, b:list<int64>>\n"
+    )
+    monkeypatch.setattr(tables, "SCHEMA_DIR", folder)
+    table_schema.cache_clear()
+    yield folder
+    table_schema.cache_clear()
+
+
+def _stage(run, invariant=None):
+    return Stage(
+        name="things",
+        version="1",
+        doc="Make things.",
+        inputs={"seed": Input("a seed file", optional=True, kind="file")},
+        outputs={"out": Output("things", "the things")},
+        params={"k": Param(int, 2, "multiplier"), "label": Param(str, help="required label")},
+        run=run,
+        invariant=invariant,
+    )
+
+
+def _rows(n, k=1):
+    return [{"id": f"t{i}", "n": i * k, "tags": ["x"], "meta": {"a": "m", "b": [i]}} for i in range(n)]
+
+
+def test_run_writes_table_rejects_and_report(tmp_path, schema_dir):
+    def run(ctx):
+        for row in _rows(5, ctx.params["k"]):
+            ctx.add_input()
+            if row["n"] == 6:
+                ctx.reject(row["id"], "too_big", "n=6")
+            else:
+                ctx.write("out", [row])
+
+    out = tmp_path / "o" / "things.parquet"
+    _stage(run).main(["--output", f"out={out}", "--params", '{"k": 3, "label": "x"}'])
+    assert pq.read_table(out).num_rows == 4
+    rejects = pq.read_table(f"{out}.rejects.parquet").to_pylist()
+    assert rejects == [{"id": "t2", "stage": "things", "reason": "too_big", "detail": "n=6"}]
+    report = json.loads(Path(f"{out}.report.json").read_text())
+    assert (report["rows_in"], report["rows_out"], report["rejected"]) == (5, {"out": 4}, 1)
+    assert report["rejected_by_reason"] == {"too_big": 1}
+    assert report["params"] == {"k": 3, "label": "x"}
+
+
+def test_broken_invariant_fails_and_leaves_nothing(tmp_path, schema_dir):
+    def run(ctx):
+        ctx.add_input(3)  # three read, two written, none rejected: one row lost silently
+        ctx.write("out", _rows(2))
+
+    out = tmp_path / "out" / "things.parquet"
+    with pytest.raises(SystemExit, match="count invariant broken: rows in 3 != rows out 2 \\+ rejected 0"):
+        _stage(run).main(["--output", f"out={out}", "--param", "label=x"])
+    assert list(out.parent.iterdir()) == []  # no output, no temp file
+
+
+def test_exception_midway_leaves_no_partial_output(tmp_path, schema_dir):
+    def run(ctx):
+        writer = ctx.writer("out")
+        writer.batch_rows = 2
+        for row in _rows(5):
+            writer.write(row)  # two batches reach the temp file before the failure
+        raise RuntimeError("killed")
+
+    out = tmp_path / "out" / "things.parquet"
+    with pytest.raises(RuntimeError, match="killed"):
+        _stage(run).main(["--output", f"out={out}", "--param", "label=x"])
+    assert list(out.parent.iterdir()) == []
+
+
+def test_wrong_column_type_names_table_and_column(tmp_path, schema_dir):
+    rows = _rows(2)
+    rows[1]["n"] = "seven"
+    with pytest.raises(SchemaError, match=r"table 'things', column 'n': expected int64; row 1 \(id='t1'\) has 'seven'"):
+        write_table(tmp_path / "t.parquet", rows, "things")
+    assert not (tmp_path / "t.parquet").exists()
+
+
+def test_missing_and_unexpected_columns(tmp_path, schema_dir):
+    with pytest.raises(SchemaError, match="column 'tags': missing in row 0"):
+        write_table(tmp_path / "t.parquet", [{"id": "a", "n": 1, "meta": None}], "things")
+    with pytest.raises(SchemaError, match=r"unexpected columns \['extra'\]"):
+        write_table(tmp_path / "t.parquet", [{**_rows(1)[0], "extra": 1}], "things")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--param", "label=x", "--param", "k=two"], "param 'k' must be int, got str 'two'"),
+        (["--param", "label=x", "--param", "kk=2"], "unknown param(s) ['kk']"),
+        ([], "param 'label' is required"),
+        (["--param", "label=x", "--input", "seed=/nonexistent/file"], "input 'seed': /nonexistent/file does not exist"),
+        (["--param", "label=x", "--input", "sed=/tmp"], "unknown input(s) ['sed']"),
+    ],
+)
+def test_bad_invocations_fail_with_clear_errors(tmp_path, schema_dir, argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _stage(lambda ctx: None).main(["--output", f"out={tmp_path / 't.parquet'}", *argv])
+    assert message in str(exc.value)
+
+
+def test_params_file(tmp_path, schema_dir):
+    params = tmp_path / "p.yaml"
+    params.write_text("k: 4\nlabel: from-file\n")
+    seen = {}
+
+    def run(ctx):
+        seen.update(ctx.params)
+
+    _stage(run).main(["--output", f"out={tmp_path / 't.parquet'}", "--params", str(params)])
+    assert seen == {"k": 4, "label": "from-file"}
+
+
+def test_help_lists_inputs_outputs_params(capsys, schema_dir):
+    with pytest.raises(SystemExit):
+        _stage(lambda ctx: None).main(["--help"])
+    text = capsys.readouterr().out
+    for expected in ("Make things.", "seed", "a seed file", "table things", "k ", "int [2]: multiplier", "label", "required"):
+        assert expected in text
+
+
+def test_type_language():
+    assert str(parse_type("list<struct<a:string, b:map<string, float64>>>")) == (
+        "list<item: struct<a: string, b: map<string, double>>>"
+    )
+    with pytest.raises(SchemaError, match="unknown column type 'decimal'"):
+        parse_type("decimal")
+
+
+def test_ids_are_stable_and_content_derived():
+    assert content_id("q", "a", "bc") == content_id("q", "a", "bc")
+    assert content_id("q", "ab", "c") != content_id("q", "a", "bc")
+    # pinned values: ids and shards must not drift between versions or machines
+    assert content_id("q", "x") == "q:5bd09fcd1c836b9c"
+    assert shard_of("reddit:abc", 7) == 4
+    shards = [shard_of(f"reddit:{i}", 4) for i in range(1000)]
+    assert shards == [shard_of(f"reddit:{i}", 4) for i in range(1000)]
+    assert set(shards) == {0, 1, 2, 3}
+    assert shard_of("anything", 1) == 0
+
+
+def test_stage_error_is_raised_for_file_outputs(tmp_path, schema_dir):
+    stage = Stage("f", "1", None, {}, {"file": Output(None, "a file")}, {}, run=lambda ctx: None)
+    with pytest.raises(StageError, match="output 'file' was not written"):
+        from stages.core.stage import Context
+
+        Context(stage, {}, {"file": [str(tmp_path / "x.json")]}, {}).execute()

@@ -1,0 +1,122 @@
+"""harvest_pushshift on tiny hand-made dumps: image rules, galleries, comment joins, sharding,
+bad lines and truncated files."""
+from __future__ import annotations
+
+import json
+
+import orjson
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from conftest import run_stage
+from stages.harvest_pushshift import TruncatedFrame, image_urls, read_zstd_lines
+
+DOMAINS = {"Science": ["askscience"], "Art & Design": ["woodworking"]}
+
+
+def _zst(path, records, extra_lines=()):
+    lines = [orjson.dumps(r) for r in records] + list(extra_lines)
+    path.write_bytes(zstandard.ZstdCompressor().compress(b"\n".join(lines) + b"\n"))
+    return path
+
+
+def _post(pid, sub="askscience", **kw):
+    return {"id": pid, "subreddit": sub, "title": "Why?", "url": f"https://i.redd.it/{pid}.jpg", "created_utc": 1, "score": 5, **kw}
+
+
+def _comment(cid, pid, parent=None, score=1):
+    return {"id": cid, "link_id": f"t3_{pid}", "parent_id": parent or f"t3_{pid}", "body": "text", "score": score, "created_utc": 2}
+
+
+def _harvest(tmp_path, dumps, shards=2):
+    out = tmp_path / "out"
+    args = [f"--input=dumps={d}" for d in dumps]
+    args += [f"--output=posts={out}/posts.{i:05d}.parquet" for i in range(shards)]
+    args += [f"--output=comments={out}/comments.{i:05d}.parquet" for i in range(shards)]
+    run_stage("harvest_pushshift", *args, "--params", json.dumps({"domains": DOMAINS}))
+    posts = [r for i in range(shards) for r in pq.read_table(out / f"posts.{i:05d}.parquet").to_pylist()]
+    comments = [r for i in range(shards) for r in pq.read_table(out / f"comments.{i:05d}.parquet").to_pylist()]
+    rejects = pq.read_table(out / "posts.00000.parquet.rejects.parquet").to_pylist()
+    report = json.loads((out / "posts.00000.parquet.report.json").read_text())
+    return posts, comments, rejects, report
+
+
+def test_gallery_order_unescaping_and_failed_items():
+    post = {
+        "is_gallery": True,
+        "gallery_data": {"items": [{"media_id": "b"}, {"media_id": "a"}, {"media_id": "c"}]},
+        "media_metadata": {
+            "a": {"status": "valid", "s": {"u": "https://preview.redd.it/a.png?width=10&amp;s=1"}},
+            "b": {"status": "valid", "s": {"u": "https://preview.redd.it/b.png?width=10&amp;s=2"}},
+            "c": {"status": "failed"},
+        },
+    }
+    assert image_urls(post, (".jpg",)) == (["https://preview.redd.it/b.png?width=10&s=2", "https://preview.redd.it/a.png?width=10&s=1"], None)
+    post["media_metadata"]["a"]["status"] = post["media_metadata"]["b"]["status"] = "failed"
+    assert image_urls(post, (".jpg",)) == ([], "gallery_without_valid_images")
+    assert image_urls({"url": "https://i.redd.it/x"}, (".jpg",)) == (["https://i.redd.it/x"], None)
+    assert image_urls({"url": "https://imgur.com/y.PNG"}, (".png",)) == (["https://imgur.com/y.PNG"], None)
+    assert image_urls({"url": "https://example.com/article"}, (".png",)) == ([], "no_image")
+
+
+def test_harvest_keeps_image_posts_and_top_level_comments(tmp_path):
+    rs = _zst(tmp_path / "RS_2023-01.zst", [
+        _post("a"), _post("b", sub="woodworking"), _post("c", sub="pics"), _post("d", over_18=True),
+        _post("e", url="https://example.com/x"), _post("a"),
+    ], extra_lines=[b'{"id": "oops"', b"[1, 2]"])
+    rc = _zst(tmp_path / "RC_2023-01.zst", [
+        _comment("k1", "a"), _comment("k2", "a", parent="t1_k1"), _comment("k3", "c"), _comment("k4", "b"), _comment("k1", "a"),
+    ])
+    # comments first on the command line: submissions are still read first
+    posts, comments, rejects, report = _harvest(tmp_path, [rc, rs])
+    assert sorted(p["id"] for p in posts) == ["reddit:a", "reddit:b"]
+    assert {p["id"]: p["domain"] for p in posts} == {"reddit:a": "Science", "reddit:b": "Art & Design"}
+    assert sorted(c["id"] for c in comments) == ["reddit:k1", "reddit:k4"]
+    reasons = sorted(r["reason"] for r in rejects)
+    assert reasons == sorted(["subreddit_not_configured", "nsfw", "no_image", "duplicate", "bad_json", "not_an_object",
+                              "not_top_level", "post_not_kept", "duplicate"])
+    assert report["rows_in"] == 8 + 5 == len(posts) + len(comments) + len(rejects)
+    assert report["rejected_by_reason"]["duplicate"] == 2
+
+
+def test_comments_land_in_their_posts_shard(tmp_path):
+    rs = _zst(tmp_path / "askscience_submissions.zst", [_post(f"p{i}") for i in range(20)])
+    rc = _zst(tmp_path / "askscience_comments.zst", [_comment(f"c{i}", f"p{i}") for i in range(20)])
+    out = tmp_path / "out"
+    _harvest(tmp_path, [rs, rc], shards=3)
+    for i in range(3):
+        post_ids = {r["id"] for r in pq.read_table(out / f"posts.{i:05d}.parquet").to_pylist()}
+        comment_posts = {r["post_id"] for r in pq.read_table(out / f"comments.{i:05d}.parquet").to_pylist()}
+        assert comment_posts == post_ids
+
+
+def test_truncated_file_and_bad_lines_are_rejects(tmp_path):
+    records = [_post(f"p{i}", title="x" * 200) for i in range(3000)]
+    data = zstandard.ZstdCompressor().compress(b"\n".join(orjson.dumps(r) for r in records) + b"\n")
+    path = tmp_path / "RS_2023-02.zst"
+    path.write_bytes(data[: len(data) * 2 // 3])
+    posts, _, rejects, report = _harvest(tmp_path, [path], shards=1)
+    reasons = [r["reason"] for r in rejects]
+    assert reasons.count("truncated_frame") == 1
+    assert 0 < len(posts) < 3000
+    assert report["rows_in"] == len(posts) + len(rejects)
+
+
+def test_reader_streams_multi_frame_files(tmp_path):
+    path = tmp_path / "RS_x.zst"
+    c = zstandard.ZstdCompressor()
+    path.write_bytes(c.compress(b"1\n2\n") + c.compress(b"3\n4"))
+    assert list(read_zstd_lines(str(path), chunk_size=5)) == [b"1", b"2", b"3", b"4"]
+    path.write_bytes(c.compress(b"1\n2\n" * 5000)[:-20])
+    with pytest.raises(TruncatedFrame):
+        list(read_zstd_lines(str(path)))
+
+
+def test_unknown_dump_name_is_a_clear_error(tmp_path):
+    path = _zst(tmp_path / "reddit_stuff.zst", [_post("a")])
+    out = tmp_path / "out"
+    result = run_stage("harvest_pushshift", f"--input=dumps={path}", f"--output=posts={out}/p.parquet",
+                       f"--output=comments={out}/c.parquet", "--params", json.dumps({"domains": DOMAINS}), check=False)
+    assert result.returncode != 0
+    assert "reddit_stuff.zst: not a pushshift dump name" in result.stderr

@@ -1,0 +1,59 @@
+"""The real Snakemake DAG on the bundled Reddit demo: release, catalog, no-op rerun, targeted
+rerun after a config change, and a typo'd config key failing before any job."""
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pytest
+import yaml
+
+from conftest import run_snakemake
+
+pytestmark = pytest.mark.slow
+
+
+def _only_mavis(workdir, **filter_overrides):
+    config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    for family in ("m2rag", "mcitebench"):
+        if family in config:
+            config[family]["enabled"] = False
+    config["mavis"]["filter"].update(filter_overrides)
+    path = workdir / "only_mavis.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _jobs(dry_run_stdout):
+    """Rule names a dry run would execute."""
+    return sorted({line.split()[1].rstrip(":") for line in dry_run_stdout.splitlines() if line.startswith(("rule ", "localrule "))})
+
+
+def test_demo_release_rerun_and_catalog(workflow_copy):
+    config = _only_mavis(workflow_copy)
+    result = run_snakemake(workflow_copy, "release", "--configfile", str(config))
+    assert "release: data/releases/mavis-reddit/v-" in result.stdout + result.stderr
+    manifest = json.loads((workflow_copy / "data/runs/demo/mavis/release_mavis/release.json").read_text())
+    con = duckdb.connect(str(workflow_copy / "data/runs/demo/catalog.duckdb"), read_only=True)
+    by_domain = dict(con.execute("select domain, count(*) from mavis.questions group by 1").fetchall())
+    assert sum(by_domain.values()) == manifest["tables"]["questions"] > 0
+    # every harvested post is either a question or a filter reject
+    posts = con.execute("select count(*) from mavis.posts").fetchone()[0]
+    filtered = con.execute("select count(*) from mavis.filter_questions_rejects").fetchone()[0]
+    assert posts == sum(by_domain.values()) + filtered
+
+    again = run_snakemake(workflow_copy, "release", "--configfile", str(config), "--dry-run")
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+    changed = _only_mavis(workflow_copy, min_answer_chars=300)
+    planned = run_snakemake(workflow_copy, "release", "--configfile", str(changed), "--dry-run")
+    assert _jobs(planned.stdout) == ["build_catalog", "filter_questions", "release", "release_mavis"]
+
+
+def test_typo_in_config_fails_before_any_job(workflow_copy):
+    bad = workflow_copy / "bad.yaml"
+    bad.write_text("mavis:\n  filter:\n    min_answer_char: 300\n")
+    result = run_snakemake(workflow_copy, "release", "--configfile", str(bad), check=False)
+    assert result.returncode != 0
+    assert "unknown config key 'mavis.filter.min_answer_char'" in result.stdout + result.stderr
+    assert not (workflow_copy / "data" / "runs").exists()
