@@ -1,0 +1,375 @@
+"""Harvest a venue from the OpenReview API v2: papers, reviews, rebuttal threads and PDFs.
+
+Seed: mcitebench.txt §3.2 (attribution corpus: ICLR 2025 submissions from OpenReview, with their
+open reviews and the authors' responses) and §3.3 (review-rebuttal interactions become the
+Explanation QA pairs: a reviewer's question and the authors' answers under it).
+
+What it does:
+- lists the submissions of a venue by invitation (`ICLR.cc/2025/Conference/-/Submission`) with
+  `details=replies`, paging with offset/limit until the API's `count` is reached;
+- unwraps API v2 content values (`content.title.value`), types every reply by the suffix of its
+  invitation (`Official_Review`, `Official_Comment`, `Meta_Review`, `Decision`, `Withdrawal`...),
+  and its author by its signature (`.../Submission{N}/Authors`, `.../Reviewer_xyz`, ...);
+- rebuilds the reply trees from `replyto` (thread root and depth of every reply) and pairs each
+  reviewer note (a review or a reviewer comment) with the authors' responses under it: the author
+  replies whose nearest non-author ancestor is that reviewer note;
+- fetches each PDF from `/pdf?id=<forum>` once and stores it by content hash
+  (`<pdf_store>/<sha[:2]>/<sha>.pdf`); papers carry the hash.
+
+HTTP: optional login (user and password from the environment variables named by params) for a
+token; 429 and 5xx retried with backoff honouring Retry-After, and a bounded request rate, both
+through stages.core.retry. Modes: `record` (network; every raw API page and PDF saved under
+`raw_cache`), `live` (network, nothing saved), `replay` (answers only from `raw_cache`, no network;
+a request missing from the cache is an error naming it). The demo replays data/samples/openreview/raw.
+
+Outputs: papers (counted: submissions in = papers out + rejected), reviews, comments, threads.
+Rejects: malformed_note (no id/forum/title), withdrawn (when drop_withdrawn), pdf_unavailable
+(the note names a PDF that could not be fetched), not_a_pdf (the PDF endpoint answered other bytes).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from urllib.parse import urlencode
+
+import requests
+from tqdm import tqdm
+
+from stages.core.ids import content_id, sha256_hex
+from stages.core.retry import HostRateLimiter, RetriesExhausted, RetryPolicy, with_retries
+from stages.core.stage import Output, Param, Stage, StageError
+from stages.core.tables import atomic_write_bytes
+
+VERSION = "1"
+MODES = ("live", "record", "replay")
+
+
+# --- the API client ---------------------------------------------------------------------------
+def cache_name(path: str, params: dict) -> str:
+    """File name of one GET request in the raw cache: readable, with a hash against collisions."""
+    query = urlencode(sorted((k, str(v)) for k, v in params.items()))
+    readable = re.sub(r"[^A-Za-z0-9.=-]+", "_", query)[:120]
+    digest = content_id("r", path, query).split(":")[1][:10]
+    ext = "pdf" if path.strip("/") == "pdf" else "json"
+    return f"{path.strip('/')}/{readable}.{digest}.{ext}"
+
+
+class ApiError(StageError):
+    """A request that did not answer 200 (after retries)."""
+
+
+class OpenReviewClient:
+    """GET requests against API v2, recorded to or replayed from a raw cache folder."""
+
+    def __init__(self, base_url: str, mode: str, raw_cache: str, policy: RetryPolicy, per_second: float, timeout: float, stats):
+        if mode not in MODES:
+            raise StageError(f"param 'mode' must be one of {MODES}, got {mode!r}")
+        self.base_url = base_url.rstrip("/")
+        self.mode = mode
+        self.raw_cache = Path(raw_cache)
+        self.policy = policy
+        self.limiter = HostRateLimiter(per_second)
+        self.timeout = timeout
+        self.stats = stats
+        self.session = requests.Session()
+
+    def login(self, user: str, password: str) -> None:
+        try:
+            response = self._send("POST", "/login", json_body={"id": user, "password": password})
+        except RetriesExhausted as err:
+            raise StageError(f"OpenReview login: {err}") from None
+        if response.status_code != 200 or "token" not in response.json():
+            raise StageError(f"OpenReview login as {user!r} failed: HTTP {response.status_code} {response.text[:200]}")
+        self.session.headers["Authorization"] = f"Bearer {response.json()['token']}"
+
+    def get(self, path: str, params: dict) -> bytes:
+        """The body of a 200 answer; ApiError otherwise. `record` also saves failures (as
+        `<name>.error.json`), so a replay reproduces them."""
+        request = f"GET {path}?{urlencode(params)}"
+        cached = self.raw_cache / cache_name(path, params)
+        failed = cached.with_name(cached.name + ".error.json")
+        if self.mode == "replay":
+            if cached.exists():
+                self.stats["cache_hits"] += 1
+                return cached.read_bytes()
+            if failed.exists():
+                raise ApiError(f"{request}: {json.loads(failed.read_text())['error']}")
+            raise StageError(f"replay: {request} is not in the raw cache (expected {cached})")
+        try:
+            response = self._send("GET", path, params=params)
+            error = None if response.status_code == 200 else f"HTTP {response.status_code} {response.text[:300]}"
+        except RetriesExhausted as err:
+            error = str(err)
+        if self.mode == "record":
+            if error:
+                atomic_write_bytes(failed, json.dumps({"request": request, "error": error}).encode())
+            else:
+                atomic_write_bytes(cached, response.content)
+        if error:
+            raise ApiError(f"{request}: {error}")
+        return response.content
+
+    def get_json(self, path: str, params: dict) -> dict:
+        return json.loads(self.get(path, params))
+
+    def _send(self, method: str, path: str, params: dict | None = None, json_body: dict | None = None) -> requests.Response:
+        url = self.base_url + path
+
+        def call() -> requests.Response:
+            self.limiter.wait(url)
+            self.stats["http_requests"] += 1
+            return self.session.request(method, url, params=params, json=json_body, timeout=self.timeout)
+
+        def on_retry(_attempt: int, _why: str) -> None:
+            self.stats["http_retries"] += 1
+
+        return with_retries(call, self.policy, on_retry=on_retry)
+
+
+def list_submissions(client: OpenReviewClient, invitation: str, page_size: int, max_papers: int) -> list[dict]:
+    """Every submission of the invitation with its replies, page by page until `count`."""
+    notes: list[dict] = []
+    offset = 0
+    with tqdm(desc="submissions", unit="note") as bar:
+        while True:
+            limit = page_size if not max_papers else min(page_size, max_papers - offset)
+            page = client.get_json("/notes", {"invitation": invitation, "details": "replies", "offset": offset, "limit": limit})
+            client.stats["api_pages"] += 1
+            batch = page.get("notes") or []
+            notes.extend(batch)
+            offset += len(batch)
+            bar.update(len(batch))
+            count = page.get("count", offset)
+            if not batch or offset >= count or (max_papers and offset >= max_papers):
+                return notes
+
+
+# --- notes ------------------------------------------------------------------------------------
+def unwrap(content: dict | None) -> dict:
+    """API v2 wraps every content field as {"value": ...}; API v1 notes have bare values."""
+    return {k: (v["value"] if isinstance(v, dict) and "value" in v else v) for k, v in (content or {}).items()}
+
+
+def reply_kind(note: dict) -> str:
+    """The suffix of the note's invitation: `.../Submission12/-/Official_Review` -> Official_Review."""
+    invitations = note.get("invitations") or ([note["invitation"]] if note.get("invitation") else [])
+    for invitation in invitations:
+        if "/-/" in invitation:
+            return invitation.rsplit("/-/", 1)[1]
+    return "unknown"
+
+
+def signature_role(signature: str) -> str:
+    last = signature.rsplit("/", 1)[-1]
+    if last == "Authors":
+        return "authors"
+    if last.startswith("Reviewer"):
+        return "reviewer"
+    if last.startswith("Area_Chair") or last == "Senior_Area_Chairs":
+        return "area_chair"
+    if last == "Program_Chairs":
+        return "program_chairs"
+    return "other"
+
+
+def note_text(fields: dict) -> str:
+    """A comment's own text, or every field as "field: value" paragraphs (reviews, meta-reviews)."""
+    if isinstance(fields.get("comment"), str):
+        return fields["comment"]
+    parts = []
+    for key, value in fields.items():
+        if value in (None, "", []):
+            continue
+        shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+        parts.append(f"{key}: {shown}")
+    return "\n\n".join(parts)
+
+
+def decision_of(fields: dict, replies: list[dict]) -> tuple[str | None, bool]:
+    """(decision, withdrawn): withdrawn and desk-rejected venues first, then a Decision reply."""
+    venueid = str(fields.get("venueid") or "")
+    withdrawn = venueid.endswith("Withdrawn_Submission") or any(reply_kind(r) == "Withdrawal" for r in replies)
+    if withdrawn:
+        return "Withdrawn", True
+    if venueid.endswith("Desk_Rejected_Submission"):
+        return "Desk Rejected", False
+    for reply in replies:
+        if reply_kind(reply) == "Decision":
+            decision = unwrap(reply.get("content")).get("decision")
+            if decision:
+                return str(decision), False
+    return None, False
+
+
+def as_list(value) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value]
+
+
+def reply_tree(forum: str, replies: list[dict], stats) -> dict[str, tuple[str, int]]:
+    """note id -> (thread root, depth) from `replyto`; depth 1 is a direct reply to the submission.
+    A reply whose parent is not among the replies (deleted, hidden) starts a thread of its own."""
+    parent = {r["id"]: r.get("replyto") or forum for r in replies}
+    placed: dict[str, tuple[str, int]] = {}
+    for nid in parent:
+        chain = []
+        while nid not in placed:
+            chain.append(nid)
+            up = parent[nid]
+            if up == forum:
+                break
+            if up not in parent or up in chain:
+                stats["orphan_replies"] += 1
+                break
+            nid = up
+        root, depth = placed[nid] if nid in placed else (chain[-1] if chain else nid, 0)
+        for note_id in reversed(chain):
+            depth += 1
+            placed[note_id] = (root, depth)
+    return placed
+
+
+# --- the stage --------------------------------------------------------------------------------
+def pdf_path(store: str | Path, sha256: str) -> Path:
+    return Path(store) / sha256[:2] / f"{sha256}.pdf"
+
+
+def run(ctx) -> None:
+    p = ctx.params
+    client = OpenReviewClient(
+        p["base_url"], p["mode"], p["raw_cache"],
+        RetryPolicy(attempts=p["retry_attempts"], max_sleep=p["retry_max_sleep"]),
+        p["requests_per_second"], p["timeout_s"], ctx.stats,
+    )
+    user, password = os.environ.get(p["username_env"]), os.environ.get(p["password_env"])
+    if user and password and p["mode"] != "replay":
+        client.login(user, password)
+    notes = list_submissions(client, p["invitation"], p["page_size"], p["max_papers"])
+    for note in tqdm(sorted(notes, key=lambda n: (n.get("number") or 0, n.get("id") or "")), desc="papers", unit="paper"):
+        ctx.add_input()
+        harvest_note(ctx, client, note)
+
+
+def harvest_note(ctx, client: OpenReviewClient, note: dict) -> None:
+    p = ctx.params
+    fields = unwrap(note.get("content"))
+    forum = note.get("forum") or note.get("id")
+    paper_id = f"openreview:{forum}"
+    if not note.get("id") or not forum or not fields.get("title"):
+        ctx.reject(paper_id, "malformed_note", f"submission without id/forum/title: {json.dumps(note)[:500]}")
+        return
+    replies = [r for r in (note.get("details") or {}).get("replies") or [] if r.get("id")]
+    decision, withdrawn = decision_of(fields, replies)
+    if withdrawn and p["drop_withdrawn"]:
+        ctx.reject(paper_id, "withdrawn", str(fields.get("venueid")))
+        return
+    pdf_sha = None
+    if fields.get("pdf") and p["download_pdfs"]:
+        try:
+            data = client.get("/pdf", {"id": forum})
+        except ApiError as err:
+            ctx.reject(paper_id, "pdf_unavailable", str(err))
+            return
+        if not data.startswith(b"%PDF"):
+            ctx.reject(paper_id, "not_a_pdf", f"/pdf?id={forum} answered {data[:40]!r}")
+            return
+        pdf_sha = sha256_hex(data)
+        target = pdf_path(p["pdf_store"], pdf_sha)
+        if not target.exists():
+            atomic_write_bytes(target, data)
+        ctx.stats["pdfs"] += 1
+    ctx.write("papers", [{
+        "id": paper_id, "forum": forum, "number": note.get("number"), "title": str(fields["title"]),
+        "abstract": fields.get("abstract"), "keywords": as_list(fields.get("keywords")),
+        "venueid": fields.get("venueid"), "decision": decision, "withdrawn": withdrawn,
+        "pdf_sha256": pdf_sha, "cdate": note.get("cdate"),
+    }])
+    write_replies(ctx, paper_id, forum, replies)
+
+
+def write_replies(ctx, paper_id: str, forum: str, replies: list[dict]) -> None:
+    tree = reply_tree(forum, replies, ctx.stats)
+    by_id = {r["id"]: r for r in replies}
+    role, text = {}, {}
+    for reply in sorted(replies, key=lambda r: (r.get("cdate") or 0, r["id"])):
+        nid, kind = reply["id"], reply_kind(reply)
+        fields = unwrap(reply.get("content"))
+        signature = (reply.get("signatures") or [""])[0]
+        role[nid], text[nid] = signature_role(signature), note_text(fields)
+        ctx.stats["replies"] += 1
+        if kind == "Official_Review":
+            ctx.write("reviews", [{
+                "id": f"openreview:{nid}", "paper_id": paper_id, "note_id": nid, "signature": signature,
+                "rating": _str(fields.get("rating")), "confidence": _str(fields.get("confidence")),
+                "text": text[nid], "fields_json": json.dumps(fields, ensure_ascii=False), "cdate": reply.get("cdate"),
+            }])
+            continue
+        root, depth = tree[nid]
+        ctx.write("comments", [{
+            "id": f"openreview:{nid}", "paper_id": paper_id, "note_id": nid, "replyto": reply.get("replyto") or forum,
+            "thread_root": root, "depth": depth, "kind": kind, "role": role[nid], "signature": signature,
+            "title": _str(fields.get("title")), "text": text[nid], "cdate": reply.get("cdate"),
+        }])
+    # Each author reply answers its nearest non-author ancestor; keep those that are reviewers'.
+    answers: dict[str, list[dict]] = {}
+    for reply in sorted(replies, key=lambda r: (r.get("cdate") or 0, r["id"])):
+        if role[reply["id"]] != "authors":
+            continue
+        up, seen = reply.get("replyto"), {reply["id"]}
+        while up in by_id and role[up] == "authors" and up not in seen:
+            seen.add(up)
+            up = by_id[up].get("replyto")
+        if up in by_id and role[up] == "reviewer":
+            answers.setdefault(up, []).append(reply)
+    for question_id, responses in answers.items():
+        question = by_id[question_id]
+        ctx.write("threads", [{
+            "id": content_id("thread", paper_id, question_id), "paper_id": paper_id, "question_note_id": question_id,
+            "reviewer_signature": (question.get("signatures") or [""])[0], "question_text": text[question_id],
+            "response_note_ids": [r["id"] for r in responses],
+            "response_text": "\n\n".join(text[r["id"]] for r in responses),
+        }])
+
+
+def _str(value) -> str | None:
+    return None if value is None else str(value)
+
+
+STAGE = Stage(
+    name="harvest_openreview",
+    version=VERSION,
+    doc=__doc__,
+    inputs={},
+    outputs={
+        "papers": Output("mcitebench_papers", "one row per submission"),
+        "reviews": Output("mcitebench_reviews", "official reviews", counted=False),
+        "comments": Output("mcitebench_comments", "every other reply, with thread root and depth", counted=False),
+        "threads": Output("mcitebench_threads", "reviewer questions paired with the authors' responses", counted=False),
+    },
+    params={
+        "base_url": Param(str, "https://api2.openreview.net", "API v2 base URL"),
+        "invitation": Param(str, "ICLR.cc/2025/Conference/-/Submission", "the venue's submission invitation"),
+        "mode": Param(str, "record", "live | record (save every raw page and PDF) | replay (raw cache only, no network)"),
+        "raw_cache": Param(str, "data/cache/openreview/raw", "folder of raw API pages and PDFs (record writes, replay reads)"),
+        "pdf_store": Param(str, "data/cache/pdfs", "content-addressed PDF store root"),
+        "page_size": Param(int, 200, "notes per API page (the API allows up to 1000)"),
+        "max_papers": Param(int, 0, "stop after this many submissions; 0 = all"),
+        "download_pdfs": Param(bool, True, "fetch each submission's PDF"),
+        "drop_withdrawn": Param(bool, False, "reject withdrawn submissions instead of keeping them"),
+        "requests_per_second": Param(float, 1.0, "request rate bound per host"),
+        "retry_attempts": Param(int, 5, "tries per request on 429/5xx/timeouts"),
+        "retry_max_sleep": Param(float, 60.0, "longest wait between tries (caps Retry-After)"),
+        "timeout_s": Param(float, 60.0, "per-request timeout"),
+        "username_env": Param(str, "OPENREVIEW_USERNAME", "environment variable holding the login (optional)"),
+        "password_env": Param(str, "OPENREVIEW_PASSWORD", "environment variable holding the password (optional)"),
+    },
+    run=run,
+)
+
+if __name__ == "__main__":
+    STAGE.main()

@@ -1,0 +1,178 @@
+"""harvest_openreview against a 127.0.0.1 server speaking OpenReview API v2 (tests/openreview_api.py),
+through the stage's real CLI."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from stages.core.ids import sha256_hex
+from tests.conftest import REPO
+from tests.openreview_api import INVITATION, VENUE, FakeOpenReview, reply, submission
+
+PDF = b"%PDF-1.4\n% a tiny stand-in\n%%EOF\n"
+
+
+def nested_paper() -> dict:
+    """Submission 1: a review answered by the authors in two parts, a reviewer follow-up under the
+    answer and the authors' reply to it (replies nested four deep), a meta-review and a decision."""
+    f, n = "forum1", 1
+    return submission(f, n, "Gated Widgets", replies=[
+        reply("rev1", f, n, "Official_Review", "Reviewer_aB1c", {"summary": "A widget model.", "questions": "Why does the gate help?", "rating": 6, "confidence": 4}, cdate=1),
+        reply("ans1", f, n, "Official_Comment", "Authors", {"title": "Response (1/2)", "comment": "The gate helps, see Table 2."}, replyto="rev1", cdate=2),
+        reply("ans2", f, n, "Official_Comment", "Authors", {"title": "Response (2/2)", "comment": "Also Figure 3."}, replyto="ans1", cdate=3),
+        reply("fup1", f, n, "Official_Comment", "Reviewer_aB1c", {"comment": "What about runtime?"}, replyto="ans1", cdate=4),
+        reply("ans3", f, n, "Official_Comment", "Authors", {"comment": "Section 4.3, Line 39 reports it."}, replyto="fup1", cdate=5),
+        reply("meta1", f, n, "Meta_Review", "Area_Chair_xY9z", {"metareview": "Solid.", "recommendation": "Accept"}, cdate=6),
+        reply("dec1", f, n, "Decision", "Program_Chairs", {"title": "Paper Decision", "decision": "Accept (Poster)"}, cdate=7),
+    ])
+
+
+def venue() -> tuple[list[dict], dict[str, bytes]]:
+    subs = [
+        nested_paper(),
+        submission("forum2", 2, "No PDF Here", pdf=False),
+        submission("forum3", 3, "Pulled Out", venueid=f"{VENUE}/Withdrawn_Submission", replies=[
+            reply("wd3", "forum3", 3, "Withdrawal", "Authors", {"withdrawal_confirmation": "I have read and agree."}, cdate=1),
+        ]),
+        submission("forum4", 4, "Missing File"),
+        submission("forum5", 5, "Plain Paper"),
+    ]
+    return subs, {"forum1": PDF, "forum3": PDF + b"3", "forum5": PDF + b"5"}
+
+
+def harvest(tmp_path: Path, url: str, check: bool = True, env: dict | None = None, **params) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path / "out"
+    settings = {"base_url": url, "mode": "record", "raw_cache": str(tmp_path / "raw"), "pdf_store": str(tmp_path / "pdfs"),
+                "requests_per_second": 0.0, "retry_max_sleep": 0.05, **params}
+    args = [sys.executable, "-m", "stages.harvest_openreview", "--params", json.dumps(settings)]
+    for table in ("papers", "reviews", "comments", "threads"):
+        args += ["--output", f"{table}={out / table}.parquet"]
+    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    if check and result.returncode:
+        raise AssertionError(result.stderr[-3000:])
+    return result, out
+
+
+def rows(out: Path, table: str, order: str = "id") -> list[dict]:
+    cur = duckdb.connect().execute(f"select * from read_parquet('{out / table}.parquet') order by {order}")
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+def report(out: Path) -> dict:
+    return json.loads((out / "papers.parquet.report.json").read_text())
+
+
+def rejects(out: Path) -> dict[str, str]:
+    return {r["id"]: r["reason"] for r in rows(out, "papers.parquet.rejects")}
+
+
+def test_harvest_pages_papers_replies_and_threads(httpserver, tmp_path):
+    subs, pdfs = venue()
+    api = FakeOpenReview(httpserver, subs, pdfs)
+    _, out = harvest(tmp_path, api.url, page_size=2)
+
+    offsets = [(int(a["offset"]), int(a["limit"])) for path, a in api.requests if path == "/notes"]
+    assert offsets == [(0, 2), (2, 2), (4, 2)]  # pages until count (5) is reached
+    assert all(a["details"] == "replies" and a["invitation"] == INVITATION for p, a in api.requests if p == "/notes")
+
+    rep = report(out)
+    assert rep["rows_in"] == 5 and rep["rows_out"]["papers"] + rep["rejected"] == 5
+    assert rejects(out) == {"openreview:forum4": "pdf_unavailable"}  # the note names a PDF the API does not have
+
+    papers = {p["id"]: p for p in rows(out, "papers")}
+    assert set(papers) == {"openreview:forum1", "openreview:forum2", "openreview:forum3", "openreview:forum5"}
+    p1 = papers["openreview:forum1"]
+    assert (p1["title"], p1["number"], p1["decision"], p1["withdrawn"]) == ("Gated Widgets", 1, "Accept (Poster)", False)
+    assert p1["keywords"] == ["citations", "benchmarks"] and p1["venueid"] == VENUE
+    assert p1["pdf_sha256"] == sha256_hex(PDF)
+    assert (tmp_path / "pdfs" / p1["pdf_sha256"][:2] / f"{p1['pdf_sha256']}.pdf").read_bytes() == PDF
+    # a note without a PDF keeps its row, with no hash and no PDF request
+    assert papers["openreview:forum2"]["pdf_sha256"] is None
+    assert ("/pdf", {"id": "forum2"}) not in api.requests
+    # a withdrawn paper is kept and flagged
+    assert (papers["openreview:forum3"]["withdrawn"], papers["openreview:forum3"]["decision"]) == (True, "Withdrawn")
+
+    reviews = rows(out, "reviews")
+    assert [(r["note_id"], r["rating"], r["confidence"]) for r in reviews] == [("rev1", "6", "4")]
+    assert "questions: Why does the gate help?" in reviews[0]["text"]
+    assert json.loads(reviews[0]["fields_json"])["rating"] == 6
+
+    comments = {c["note_id"]: c for c in rows(out, "comments")}
+    shape = {k: (c["kind"], c["role"], c["thread_root"], c["depth"]) for k, c in comments.items() if k.startswith(("ans", "fup", "meta", "dec"))}
+    assert shape == {
+        "ans1": ("Official_Comment", "authors", "rev1", 2),
+        "ans2": ("Official_Comment", "authors", "rev1", 3),
+        "fup1": ("Official_Comment", "reviewer", "rev1", 3),
+        "ans3": ("Official_Comment", "authors", "rev1", 4),
+        "meta1": ("Meta_Review", "area_chair", "meta1", 1),
+        "dec1": ("Decision", "program_chairs", "dec1", 1),
+    }
+    assert comments["ans1"]["text"] == "The gate helps, see Table 2." and comments["ans1"]["title"] == "Response (1/2)"
+    assert comments["wd3"]["kind"] == "Withdrawal"
+
+    threads = {t["question_note_id"]: t for t in rows(out, "threads")}
+    assert set(threads) == {"rev1", "fup1"}
+    assert threads["rev1"]["response_note_ids"] == ["ans1", "ans2"]
+    assert threads["rev1"]["response_text"] == "The gate helps, see Table 2.\n\nAlso Figure 3."
+    assert threads["rev1"]["reviewer_signature"].endswith("/Submission1/Reviewer_aB1c")
+    assert threads["fup1"]["response_note_ids"] == ["ans3"] and threads["fup1"]["question_text"] == "What about runtime?"
+
+
+def test_429_and_500_are_retried_then_succeed(httpserver, tmp_path):
+    subs, pdfs = venue()
+    api = FakeOpenReview(httpserver, subs[:1], pdfs)
+    api.fail("/notes", 429, {"Retry-After": "0"})
+    api.fail("/pdf", 500)
+    _, out = harvest(tmp_path, api.url)
+    assert [p["id"] for p in rows(out, "papers")] == ["openreview:forum1"]
+    assert report(out)["stats"]["http_retries"] == 2
+    assert [p for p, _ in api.requests] == ["/notes", "/notes", "/pdf", "/pdf"]
+
+
+def test_exhausted_retries_fail_the_listing_with_a_clear_error(httpserver, tmp_path):
+    api = FakeOpenReview(httpserver, venue()[0], {})
+    api.fail("/notes", 503, times=3)
+    result, out = harvest(tmp_path, api.url, check=False, retry_attempts=3)
+    assert result.returncode != 0 and "gave up after 3 attempts: HTTP 503" in result.stderr
+    assert not (out / "papers.parquet").exists()
+
+
+def test_replay_rebuilds_the_same_tables_offline(httpserver, tmp_path):
+    subs, pdfs = venue()
+    api = FakeOpenReview(httpserver, subs, pdfs)
+    _, recorded = harvest(tmp_path, api.url, page_size=2)
+    seen = len(api.requests)
+    replay_dir = tmp_path / "replay"
+    replay_dir.mkdir()
+    _, replayed = harvest(replay_dir, "http://127.0.0.1:9", mode="replay", page_size=2, raw_cache=str(tmp_path / "raw"))
+    assert len(api.requests) == seen  # nothing went to the network
+    for table in ("papers", "reviews", "comments", "threads"):
+        assert rows(replayed, table) == rows(recorded, table)
+    assert rejects(replayed) == rejects(recorded)  # the recorded 404 replays as the same reject
+    # a request that was never recorded is an error naming it
+    result, _ = harvest(replay_dir, "http://127.0.0.1:9", check=False, mode="replay", page_size=3, raw_cache=str(tmp_path / "raw"))
+    assert result.returncode != 0 and "is not in the raw cache" in result.stderr and "limit=3" in result.stderr
+
+
+def test_login_token_from_environment_and_drop_withdrawn(httpserver, tmp_path):
+    subs, pdfs = venue()
+    api = FakeOpenReview(httpserver, [subs[0], subs[2]], pdfs, token="tok-123")
+    result, _ = harvest(tmp_path, api.url, check=False, env={"OPENREVIEW_USERNAME": "", "OPENREVIEW_PASSWORD": ""})
+    assert result.returncode != 0 and "HTTP 403" in result.stderr  # no credentials, no token
+    _, out = harvest(tmp_path, api.url, drop_withdrawn=True, env={"OPENREVIEW_USERNAME": "me@x.org", "OPENREVIEW_PASSWORD": "pw"})
+    assert api.requests[0][0] == "/notes" and "/login" in [p for p, _ in api.requests]
+    assert [p["id"] for p in rows(out, "papers")] == ["openreview:forum1"]
+    assert rejects(out) == {"openreview:forum3": "withdrawn"}
+
+
+@pytest.mark.parametrize("mode", ["sideways"])
+def test_bad_mode_is_a_clear_error(tmp_path, mode):
+    result, _ = harvest(tmp_path, "http://127.0.0.1:9", check=False, mode=mode)
+    assert result.returncode != 0 and "param 'mode' must be one of" in result.stderr
