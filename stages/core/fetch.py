@@ -307,17 +307,20 @@ class Fetcher:
             return self._live(url, accept)
         except FetchError as err:
             self._count(f"failed_{err.reason}")
-            if self.recorder is not None:
-                self.recorder.failure(url, err)
             raise
 
     # live ---------------------------------------------------------------------------------------
     def _live(self, url: str, accept: tuple[str, ...] | None) -> Fetched:
         current = url
         for hop in range(self.settings.max_redirects + 1):
-            parts = _parse(current)
-            self.guard.check_host(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
-            status, reason, headers, body = self._get(current, accept)
+            try:
+                parts = _parse(current)
+                self.guard.check_host(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+                status, reason, headers, body = self._get(current, accept)
+            except FetchError as err:
+                if self.recorder is not None:  # under the hop's url, where a replay will look
+                    self.recorder.failure(current, err)
+                raise
             if self.recorder is not None:
                 self.recorder.response(current, status, reason, headers, body)
             lower = {k.lower(): v for k, v in headers}

@@ -1,12 +1,24 @@
 """The image store: every image once, keyed by the sha256 of its bytes.
 
 `<root>/<sha[:2]>/<sha>.<ext>`; tables carry the hash (`img:<sha256>` ids), never a path, so the
-store can move and be shared across runs. Conversion and safety limits live in the stages that
-put images here (cache_images, parse_pdfs).
+store can move and be shared across runs.
+
+`normalize_image` is the gate in front of the store for images from outside (M2RAG §4.2.3 (1)
+"Caching & Conversion"): JPEG, PNG, GIF and WEBP are kept byte for byte once their first frame
+decodes; any other raster format Pillow reads (BMP, TIFF, ICO, PPM, ...) is converted to JPEG, with
+transparency flattened onto white. SVG is rejected (`unsupported_format`), not rasterised: a
+renderer is one more parser of untrusted input and SVG can pull external resources. The pixel
+limit is checked on the header, before any pixel is decoded, so a 50,000 x 50,000 PNG costs a
+few bytes of reading (`pixel_bomb`); undecodable bytes are `not_an_image`, a truncated or corrupt
+image `broken_image`.
 """
 from __future__ import annotations
 
+import io
+from dataclasses import dataclass
 from pathlib import Path
+
+from PIL import Image, UnidentifiedImageError
 
 from .ids import sha256_hex
 from .tables import atomic_write_bytes
@@ -39,3 +51,65 @@ class ImageStore:
         if found is None:
             raise FileNotFoundError(f"image {sha256} is not in the store at {self.root}")
         return found.read_bytes()
+
+
+KEPT_FORMATS = {"JPEG": "jpeg", "PNG": "png", "GIF": "gif", "WEBP": "webp"}
+EXTENSIONS = {"jpeg": "jpg", "png": "png", "gif": "gif", "webp": "webp"}
+
+
+class ImageRejected(ValueError):
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class NormalizedImage:
+    data: bytes  # the bytes to store: the original, or the JPEG conversion
+    format: str  # jpeg | png | gif | webp
+    source_format: str  # what was served, lower case (bmp, tiff, jpeg, ...)
+    width: int
+    height: int
+
+    @property
+    def ext(self) -> str:
+        return EXTENSIONS[self.format]
+
+
+def _looks_like_svg(data: bytes) -> bool:
+    head = data[:4096].lstrip().lower()
+    return head.startswith(b"<svg") or (head.startswith(b"<?xml") and b"<svg" in head)
+
+
+def normalize_image(data: bytes, max_pixels: int, jpeg_quality: int = 95) -> NormalizedImage:
+    """Check and convert downloaded bytes (see module docstring); raises ImageRejected."""
+    if _looks_like_svg(data):
+        raise ImageRejected("unsupported_format", "SVG is not rasterised")
+    try:
+        with Image.open(io.BytesIO(data)) as im:  # parses the header only
+            width, height = im.size
+            if width * height > max_pixels:
+                raise ImageRejected("pixel_bomb", f"{width}x{height} = {width * height} pixels > {max_pixels}")
+            source = (im.format or "unknown").lower()
+            im.load()  # first frame: a truncated or corrupt image fails here
+            if im.format in KEPT_FORMATS:
+                return NormalizedImage(data, KEPT_FORMATS[im.format], source, width, height)
+            buffer = io.BytesIO()
+            _flatten(im).save(buffer, "JPEG", quality=jpeg_quality)
+            return NormalizedImage(buffer.getvalue(), "jpeg", source, width, height)
+    except Image.DecompressionBombError as err:  # Pillow's own limit, should ours be higher
+        raise ImageRejected("pixel_bomb", str(err)) from None
+    except UnidentifiedImageError:
+        raise ImageRejected("not_an_image", f"{len(data)} bytes Pillow cannot identify, starting {data[:16]!r}") from None
+    except (OSError, SyntaxError, ValueError, EOFError) as err:
+        raise ImageRejected("broken_image", f"{type(err).__name__}: {err}") from None
+
+
+def _flatten(im: Image.Image) -> Image.Image:
+    if im.mode in ("RGBA", "LA", "PA") or (im.mode == "P" and "transparency" in im.info):
+        rgba = im.convert("RGBA")
+        canvas = Image.new("RGB", rgba.size, (255, 255, 255))
+        canvas.paste(rgba, mask=rgba.getchannel("A"))
+        return canvas
+    return im.convert("RGB")
