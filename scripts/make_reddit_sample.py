@@ -140,12 +140,12 @@ def build(n_posts: int, seed: int = 7) -> tuple[list[dict], list[dict]]:
     return posts, comments
 
 
-def write_zst(path: Path, records: list[dict], bad_line: bool = False) -> None:
+def write_zst(path: Path, records: list[dict], bad_line: bool = False, level: int = 19) -> None:
     lines = [orjson.dumps(r) for r in records]
     if bad_line:
         lines.insert(len(lines) // 2, b'{"id": "broken", "body": "unterminated')
     data = b"\n".join(lines) + b"\n"
-    path.write_bytes(zstandard.ZstdCompressor(level=19, write_content_size=True).compress(data))
+    path.write_bytes(zstandard.ZstdCompressor(level=level, write_content_size=True).compress(data))
 
 
 def main() -> None:

@@ -124,25 +124,31 @@ def to_arrow(rows: list[dict] | pa.Table, schema: pa.Schema, table: str) -> pa.T
                     ) from None
             columns.append(col)
         return pa.Table.from_arrays(columns, schema=schema)
-    arrays = []
-    for field in schema:
-        values = []
-        for i, row in enumerate(rows):
-            if field.name not in row:
-                raise SchemaError(f"table {table!r}, column {field.name!r}: missing in row {i} ({_row_id(row)})")
-            values.append(row[field.name])
+    # from_pylist would turn a missing key into null and drop an unknown one, silently. Checking
+    # every row's key set costs more than the conversion, so: full key check on the first row
+    # (rows of one batch come from one dict literal), and a key count on all of them.
+    names = set(schema.names)
+    for i, row in enumerate(rows):
+        if (i == 0 or len(row) != len(names)) and row.keys() != names:
+            missing = sorted(names - row.keys())
+            if missing:
+                raise SchemaError(f"table {table!r}, column {missing[0]!r}: missing in row {i} ({_row_id(row)})")
+            raise SchemaError(f"table {table!r}: unexpected columns {sorted(row.keys() - names)}")
+    try:
+        return pa.Table.from_pylist(rows, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        pass
+    for field in schema:  # find the column and row that do not fit, for a precise message
+        values = [row[field.name] for row in rows]
         try:
-            arrays.append(pa.array(values, type=field.type))
+            pa.array(values, type=field.type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as err:
             bad = _first_bad(values, field.type)
             raise SchemaError(
                 f"table {table!r}, column {field.name!r}: expected {field.type}; "
                 f"row {bad[0]} ({_row_id(rows[bad[0]])}) has {bad[1]!r}: {err}"
             ) from None
-    extra = set().union(*(r.keys() for r in rows)) - set(schema.names) if rows else set()
-    if extra:
-        raise SchemaError(f"table {table!r}: unexpected columns {sorted(extra)}")
-    return pa.Table.from_arrays(arrays, schema=schema)
+    raise SchemaError(f"table {table!r}: rows do not fit the schema")
 
 
 def _row_id(row: dict) -> str:

@@ -1,0 +1,80 @@
+"""Harvest throughput against the bare cost of reading the same dump.
+
+    python benchmarks/bench_harvest_pushshift.py [--mb 200]
+
+Generates a monthly pushshift pair (RS_/RC_) of at least --mb MB uncompressed with the demo
+generator, then times, in the same run and on the same files:
+  baseline  zstd stream decode + orjson parse of every line, nothing else;
+  harvest   the harvest_pushshift stage end to end (rules, sharded Parquet writes, rejects).
+Prints MB/s (uncompressed) for both and the harvest/baseline ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+from make_reddit_sample import build, write_zst  # noqa: E402
+from stages.harvest_pushshift import STAGE, read_zstd_lines  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mb", type=float, default=200.0, help="minimum uncompressed size of the dump pair")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        posts = 1000
+        while True:  # size the dump from a small probe
+            p, c = build(posts)
+            size = sum(len(orjson.dumps(r)) + 1 for r in p + c)
+            if size >= args.mb * 1e6:
+                break
+            posts = int(posts * args.mb * 1e6 / size * 1.02) + 1
+        started = time.perf_counter()
+        write_zst(tmp / "RS_2023-01.zst", p, level=3)
+        write_zst(tmp / "RC_2023-01.zst", c, level=3)
+        del p, c
+        dumps = [str(tmp / "RS_2023-01.zst"), str(tmp / "RC_2023-01.zst")]
+        compressed = sum(Path(d).stat().st_size for d in dumps)
+        print(f"dump: {posts} posts, {size / 1e6:.1f} MB uncompressed, {compressed / 1e6:.1f} MB zstd "
+              f"(generated in {time.perf_counter() - started:.1f}s)")
+
+        started = time.perf_counter()
+        lines = 0
+        for dump in dumps:
+            for line in read_zstd_lines(dump):
+                orjson.loads(line)
+                lines += 1
+        baseline = time.perf_counter() - started
+
+        config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["mavis"]["pushshift"]
+        params = {k: v for k, v in config.items() if k != "files"}
+        out = tmp / "out"
+        argv = [f"--input=dumps={d}" for d in dumps]
+        argv += [f"--output=posts={out}/posts.{i:05d}.parquet" for i in range(4)]
+        argv += [f"--output=comments={out}/comments.{i:05d}.parquet" for i in range(4)]
+        started = time.perf_counter()
+        STAGE.main([*argv, "--params", json.dumps(params)])
+        harvest = time.perf_counter() - started
+        report = json.loads((out / "posts.00000.parquet.report.json").read_text())
+
+    mb = size / 1e6
+    print(f"records: {lines} lines; harvest kept {sum(report['rows_out'].values())}, rejected {report['rejected']}")
+    print(f"baseline zstd decode + orjson parse: {baseline:7.2f}s  {mb / baseline:8.1f} MB/s")
+    print(f"harvest_pushshift end to end:        {harvest:7.2f}s  {mb / harvest:8.1f} MB/s")
+    print(f"harvest / baseline throughput ratio: {baseline / harvest:.2f}")
+
+
+if __name__ == "__main__":
+    main()
