@@ -18,8 +18,7 @@ import re
 import tempfile
 from pathlib import Path
 
-import duckdb
-
+from stages.core.release import connect_portable
 from stages.core.stage import Input, Output, Stage
 
 VERSION = "1"
@@ -51,7 +50,7 @@ def run(ctx):
     fd, tmp = tempfile.mkstemp(prefix=".catalog.", suffix=".duckdb", dir=out.parent)
     os.close(fd)
     os.unlink(tmp)  # duckdb wants to create the file itself
-    con = duckdb.connect(tmp)
+    con = connect_portable(tmp)
     try:
         for family in sorted({f for f, _ in views}):
             con.execute(f'create schema if not exists "{family}"')

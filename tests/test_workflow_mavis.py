@@ -3,6 +3,7 @@ rerun after a config change, and a typo'd config key failing before any job."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import duckdb
 import pytest
@@ -41,6 +42,11 @@ def test_demo_release_rerun_and_catalog(workflow_copy):
     posts = con.execute("select count(*) from mavis.posts").fetchone()[0]
     filtered = con.execute("select count(*) from mavis.filter_questions_rejects").fetchone()[0]
     assert posts == sum(by_domain.values()) + filtered
+
+    # the duckdb CLI (an older reader than the Python module) opens the catalog from another folder
+    cli = subprocess.run(["duckdb", str(workflow_copy / "data/runs/demo/catalog.duckdb"), "-csv", "-noheader",
+                          "select count(*) from mavis.questions"], cwd=workflow_copy.parent, capture_output=True, text=True)
+    assert cli.stdout.strip() == str(sum(by_domain.values())), cli.stderr
 
     again = run_snakemake(workflow_copy, "release", "--configfile", str(config), "--dry-run")
     assert "Nothing to be done" in again.stdout + again.stderr

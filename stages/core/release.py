@@ -22,6 +22,16 @@ import pyarrow.parquet as pq
 from .tables import atomic_write_bytes
 
 
+# DuckDB files we hand to people (releases, the catalog) are written in a storage format that
+# older DuckDB readers, the duckdb CLI included, can open.
+PORTABLE_STORAGE = "v1.4.0"
+
+
+def connect_portable(path: str | os.PathLike) -> duckdb.DuckDBPyConnection:
+    """A connection that creates `path` in the portable storage format."""
+    return duckdb.connect(str(path), config={"storage_compatibility_version": PORTABLE_STORAGE})
+
+
 def file_digest(path: str | os.PathLike) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -56,7 +66,7 @@ def write_release(
     tmp = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=final.parent))
     try:
         (tmp / "parquet").mkdir()
-        con = duckdb.connect(str(tmp / "benchmark.duckdb"))
+        con = connect_portable(tmp / "benchmark.duckdb")
         try:
             for table_name, table in tables.items():
                 pq.write_table(table, tmp / "parquet" / f"{table_name}.parquet", compression="zstd")
