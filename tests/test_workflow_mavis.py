@@ -44,6 +44,7 @@ def test_demo_release_rerun_and_catalog(workflow_copy):
     assert posts == sum(by_domain.values()) + filtered
 
     # the duckdb CLI (an older reader than the Python module) opens the catalog from another folder
+    con.close()
     cli = subprocess.run(["duckdb", str(workflow_copy / "data/runs/demo/catalog.duckdb"), "-csv", "-noheader",
                           "select count(*) from mavis.questions"], cwd=workflow_copy.parent, capture_output=True, text=True)
     assert cli.stdout.strip() == str(sum(by_domain.values())), cli.stderr
