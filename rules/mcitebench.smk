@@ -1,1 +1,155 @@
-# mcitebench family rules: filled in by its issue
+# MCiteBench construction (seed mcitebench.txt §3.3-3.6): rebuttal threads and parsed papers ->
+# explanation and locating QA -> evidence pairing -> distractors -> quality control -> release.
+# The OpenReview harvest and PDF parsing rules live in rules/openreview.smk.
+MC = config.get("mcitebench", {})
+
+
+def _llm(section):
+    """The global llm: section with a stage's `llm` overrides merged in (nested mappings one level)."""
+    merged = dict(config.get("llm", {}))
+    for key, value in section.get("llm", {}).items():
+        merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
+    return merged
+
+
+def _stage_settings(section, with_llm=False):
+    out = {k: v for k, v in MC.get(section, {}).items() if k != "llm"}
+    return {**out, "llm": _llm(MC.get(section, {}))} if with_llm else out
+
+
+if MC.get("enabled", False):
+    _THREADS = run_path("mcitebench", "harvest_openreview", "threads")
+    _ELEMENTS = run_path("mcitebench", "parse_pdfs", "elements")
+
+    rule extract_explanation_qa:
+        input:
+            stage=stage_file("extract_explanation_qa"),
+            prompt_explanation="prompts/mcitebench_explanation_qa.md",
+            prompt_schema="schemas/answers/mcitebench_explanation_qa.schema.json",
+            threads=_THREADS,
+        output:
+            qa=run_path("mcitebench", "extract_explanation_qa", "explanation_qa"),
+        params:
+            io=stage_io,
+            version=stage_version("extract_explanation_qa"),
+            settings=settings(_stage_settings("explanation_qa", with_llm=True)),
+        log:
+            log_path("mcitebench", "extract_explanation_qa"),
+        benchmark:
+            bench_path("mcitebench", "extract_explanation_qa")
+        shell:
+            stage_shell("extract_explanation_qa")
+
+    rule generate_locating_qa:
+        input:
+            stage=stage_file("generate_locating_qa"),
+            prompt_locating="prompts/mcitebench_locating_qa.md",
+            prompt_schema="schemas/answers/mcitebench_locating_qa.schema.json",
+            elements=_ELEMENTS,
+        output:
+            qa=run_path("mcitebench", "generate_locating_qa", "locating_qa"),
+        params:
+            io=stage_io,
+            version=stage_version("generate_locating_qa"),
+            settings=settings(_stage_settings("locating_qa", with_llm=True)),
+        log:
+            log_path("mcitebench", "generate_locating_qa"),
+        benchmark:
+            bench_path("mcitebench", "generate_locating_qa")
+        shell:
+            stage_shell("generate_locating_qa")
+
+    rule pair_evidence:
+        input:
+            stage=stage_file("pair_evidence"),
+            qa=[rules.extract_explanation_qa.output.qa, rules.generate_locating_qa.output.qa],
+            elements=_ELEMENTS,
+        output:
+            questions=run_path("mcitebench", "pair_evidence", "paired_questions"),
+            evidence=run_path("mcitebench", "pair_evidence", "evidence"),
+        params:
+            io=stage_io,
+            version=stage_version("pair_evidence"),
+            settings=settings(_stage_settings("pairing")),
+        log:
+            log_path("mcitebench", "pair_evidence"),
+        benchmark:
+            bench_path("mcitebench", "pair_evidence")
+        shell:
+            stage_shell("pair_evidence")
+
+    rule sample_distractors:
+        input:
+            stage=stage_file("sample_distractors"),
+            questions=rules.pair_evidence.output.questions,
+            evidence=rules.pair_evidence.output.evidence,
+            elements=_ELEMENTS,
+        output:
+            questions=run_path("mcitebench", "sample_distractors", "sampled_questions"),
+            distractors=run_path("mcitebench", "sample_distractors", "distractors"),
+        params:
+            io=stage_io,
+            version=stage_version("sample_distractors"),
+            settings=settings(_stage_settings("distractors")),
+        log:
+            log_path("mcitebench", "sample_distractors"),
+        benchmark:
+            bench_path("mcitebench", "sample_distractors")
+        shell:
+            stage_shell("sample_distractors")
+
+    rule quality_control:
+        input:
+            stage=stage_file("quality_control"),
+            prompt_quality="prompts/mcitebench_quality_control.md",
+            prompt_schema="schemas/answers/mcitebench_quality_control.schema.json",
+            questions=rules.sample_distractors.output.questions,
+            evidence=rules.pair_evidence.output.evidence,
+            elements=_ELEMENTS,
+        output:
+            questions=run_path("mcitebench", "quality_control", "checked_questions"),
+            judgements=run_path("mcitebench", "quality_control", "judgements"),
+            review_sheet=f"{RUNDIR}/mcitebench/quality_control/review_sheet.csv",
+        params:
+            io=stage_io,
+            version=stage_version("quality_control"),
+            settings=settings(_stage_settings("quality_control", with_llm=True)),
+        log:
+            log_path("mcitebench", "quality_control"),
+        benchmark:
+            bench_path("mcitebench", "quality_control")
+        shell:
+            stage_shell("quality_control")
+
+    rule release_mcitebench:
+        input:
+            stage=stage_file("release_mcitebench"),
+            questions=rules.quality_control.output.questions,
+            evidence=rules.pair_evidence.output.evidence,
+            distractors=rules.sample_distractors.output.distractors,
+            elements=_ELEMENTS,
+            review=[MC["review_sheet"]] if MC.get("review_sheet") else [],
+        output:
+            manifest=f"{RUNDIR}/mcitebench/release_mcitebench/release.json",
+        params:
+            io=stage_io,
+            version=stage_version("release_mcitebench"),
+            settings=settings({**MC.get("release", {}), "releases_dir": RELEASES_DIR}),
+        log:
+            log_path("mcitebench", "release_mcitebench"),
+        benchmark:
+            bench_path("mcitebench", "release_mcitebench")
+        shell:
+            stage_shell("release_mcitebench")
+
+    RELEASES.append(rules.release_mcitebench.output.manifest)
+    CATALOG_TABLES.extend([
+        rules.extract_explanation_qa.output.qa,
+        rules.generate_locating_qa.output.qa,
+        rules.pair_evidence.output.questions,
+        rules.pair_evidence.output.evidence,
+        rules.sample_distractors.output.questions,
+        rules.sample_distractors.output.distractors,
+        rules.quality_control.output.questions,
+        rules.quality_control.output.judgements,
+    ])
