@@ -49,8 +49,9 @@ MODES = ("live", "record", "replay")
 # --- the API client ---------------------------------------------------------------------------
 def cache_name(path: str, params: dict) -> str:
     """File name of one GET request in the raw cache: readable, with a hash against collisions."""
-    query = urlencode(sorted((k, str(v)) for k, v in params.items()))
-    readable = re.sub(r"[^A-Za-z0-9.=-]+", "_", query)[:120]
+    pairs = sorted((k, str(v)) for k, v in params.items())
+    query = urlencode(pairs)
+    readable = re.sub(r"[^A-Za-z0-9.=-]+", "_", "_".join(f"{k}={v}" for k, v in pairs))[:120]
     digest = content_id("r", path, query).split(":")[1][:10]
     ext = "pdf" if path.strip("/") == "pdf" else "json"
     return f"{path.strip('/')}/{readable}.{digest}.{ext}"
