@@ -1,0 +1,52 @@
+"""quality_control with the real embedded model: every question judged or rejected, scores kept
+apart from the threshold (re-deciding re-calls nothing), and the review sheet lists the kept samples."""
+import csv
+import json
+
+import pyarrow.parquet as pq
+
+from stages.core.images import ImageStore
+from tests.conftest import run_stage
+from tests.mcitebench_fixtures import PAPER, paper_elements, qa_row, write
+
+
+def _run(tmp_path, store, name, min_score):
+    out = tmp_path / name
+    params = {"llm": {"cache": {"path": str(tmp_path / "llm.sqlite")}, "image_store": str(store.root)}, "min_score": min_score}
+    run_stage("quality_control", "--input", f"questions={tmp_path}/paired.parquet", "--input", f"evidence={tmp_path}/evidence.parquet",
+              "--input", f"elements={tmp_path}/elements.parquet", "--output", f"questions={out}/checked.parquet",
+              "--output", f"judgements={out}/judgements.parquet", "--output", f"review_sheet={out}/review.csv",
+              "--params", json.dumps(params))
+    kept = pq.read_table(out / "checked.parquet").to_pylist()
+    judged = pq.read_table(out / "judgements.parquet").to_pylist()
+    rejects = pq.read_table(out / "checked.parquet.rejects.parquet").to_pylist()
+    with open(out / "review.csv", newline="") as fh:
+        sheet = list(csv.DictReader(fh))
+    return kept, judged, rejects, sheet, json.loads((out / "checked.parquet.report.json").read_text())
+
+
+def test_judges_decides_and_exports_the_review_sheet(tmp_path):
+    store = ImageStore(tmp_path / "images")
+    el = write(tmp_path / "elements.parquet", paper_elements(store), "mcitebench_elements")
+    qa = write(tmp_path / "qa.parquet", [
+        qa_row(PAPER, "explanation", "How much does the gate contribute?", "Removing it costs 4.1 points (Table 2; Section 4.2, Line 39).", source="t1"),
+    ], "mcitebench_qa")
+    run_stage("pair_evidence", "--input", f"qa={qa}", "--input", f"elements={el}",
+              "--output", f"questions={tmp_path}/paired.parquet", "--output", f"evidence={tmp_path}/evidence.parquet")
+
+    kept, judged, rejects, sheet, report = _run(tmp_path, store, "permissive", 0)
+    assert report["rows_in"] == 1 and report["stats"]["llm_calls"] == 1
+    assert len(kept) + len(rejects) == 1 and len(judged) == 1
+    if kept:  # a schema-valid judgement at threshold 0 always keeps
+        (j,) = judged
+        assert j["decision"] == "keep" and all(j[c] in (0, 1, 2) for c in ("relevance", "clarity", "evidence_alignment"))
+        (row,) = sheet
+        assert row["question_id"] == kept[0]["id"] and row["decision"] == ""
+        assert row["evidence"].startswith("[Table 2] (table) Table 2: Main results") and "[Section 4.2, Line 39] (text)" in row["evidence"]
+        assert report["stats"]["llm_images_not_seen"] == 1  # the table crop went along; this model reads text only
+    else:
+        assert rejects[0]["reason"] == "invalid_answer" and sheet == []
+
+    kept, judged, rejects, sheet, report = _run(tmp_path, store, "strict", 3)  # no score reaches 3
+    assert kept == [] and sheet == [] and report["stats"].get("llm_calls", 0) == 0
+    assert [r["reason"] for r in rejects] in (["low_quality"], ["invalid_answer"])
