@@ -20,9 +20,10 @@ Choices where the seed is silent (and where the reference scorer drops samples):
   A response with no citation at all is NOT dropped: its C-R, C-P and C-F1 are 0 (the task asks
   every sentence to cite) and its S-P, S-R, S-F1 and S-EM are 0.
 - Duplicate citations count once (citations are sets, per sentence and per response).
-- A failed judge call is missing, never 0: a response's C-R is missing if any of its support
-  judgements failed (or is absent), its C-P if any relevance judgement failed, its C-F1 if either
-  is missing, its Acc if the answer judgement failed. Means are over the responses where the
+- A failed judge call is missing, never 0: the judge stages write no row for it (it is a reject
+  with the raw answer), so a response's C-R is missing if any support judgement of its cited
+  sentences is absent, its C-P if any relevance judgement is absent, its C-F1 if either is
+  missing, its Acc if its answer judgement is absent. Means are over the responses where the
   metric is present; every summary row carries the count of responses missing it, and the report
   counts failed judge calls. S-F1 / S-EM never depend on a judge.
 
@@ -57,7 +58,7 @@ def citation_scores(sentences: list[dict], judgements: list[dict]) -> dict:
     """C-R, C-P, C-F1 (0-1 scale, None = missing) of one response, and how many judgements are missing.
 
     `sentences`: rows with `id` and `citations`; `judgements`: rows with `sentence_id`, `kind`,
-    `item` and `score` (None when the judge call failed).
+    `item` and `score`; a judgement that is absent (its call failed) is missing.
     """
     cited = [s for s in sentences if s["citations"]]
     if not cited:
@@ -181,6 +182,7 @@ def run(ctx):
             ctx.reject(response["id"], "not_parsed", "split_citations has no row for this response")
             continue
         row = score_response(response, parsed[response["id"]], sentences[response["id"]], judgements[response["id"]], answers.get(response["id"]))
+        ctx.stats["missing_citation_judgements"] += row["missing_judgements"]
         ctx.stats["responses_missing_citation_scores"] += row["citation_f1"] is None
         ctx.stats["responses_missing_accuracy"] += row["accuracy_missing"]
         scores.append(row)

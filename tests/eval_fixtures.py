@@ -76,3 +76,21 @@ def copy_repo_subset(dest: Path) -> Path:
         else:
             shutil.copy2(src, dest / name)
     return dest
+
+
+def llm_params(tmp_path: Path) -> dict:
+    """The embedded model with a per-test call cache and image store."""
+    return {"cache": {"path": str(tmp_path / "llm.sqlite")}, "image_store": str(tmp_path / "images"), "llamacpp": {"n_ctx": 8192}}
+
+
+def shrink(record: dict, chars: int = 60) -> dict:
+    """The record with every text item cut to `chars` characters, its index maps kept consistent
+    (keeps model calls in tests short)."""
+    cut = {text: text[:chars] for text in record["text_2_idx"]}
+    out = dict(record)
+    out["text_2_idx"] = {cut[t]: k for t, k in record["text_2_idx"].items()}
+    out["idx_2_text"] = {k: cut.get(t, t[:chars]) for k, t in record["idx_2_text"].items()}
+    out["evidence_contents"] = [cut.get(c, c) for c in record["evidence_contents"]]
+    out["distractor_contents"] = [cut.get(c, c) for c in record["distractor_contents"]]
+    out["answer"] = record["answer"][:chars]
+    return out

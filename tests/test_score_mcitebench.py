@@ -10,10 +10,10 @@ from stages.score_mcitebench import STAGE, citation_scores, score_response, sour
 from stages.split_citations import parse_response
 
 
-def judgement(sentence_id, kind, score, item=None, status=None, response_id="r"):
+def judgement(sentence_id, kind, score, item=None, status="judged", response_id="r"):
     return {"id": content_id("judge", sentence_id, kind, item), "response_id": response_id, "sentence_id": sentence_id,
             "model": "m", "judge": "j", "kind": kind, "item": item, "shown": [] if item is None else [item],
-            "score": score, "status": status or ("failed" if score is None else "judged"), "mode": "text", "error": None}
+            "score": score, "status": status, "mode": "text"}
 
 
 def sent(sid, citations):
@@ -52,16 +52,16 @@ def test_empty_citation_set_scores_zero_not_dropped():
 
 
 def test_failed_support_call_is_missing_not_zero():
+    # a failed call has no judgement row (judge_citations rejects it with the raw answer)
     sentences = [sent("s1", ["[1]"]), sent("s2", ["[2]"])]
-    judgements = [judgement("s1", "support", 2), judgement("s1", "relevance", 1, "[1]"),
-                  judgement("s2", "support", None), judgement("s2", "relevance", 1, "[2]")]
+    judgements = [judgement("s1", "support", 2), judgement("s1", "relevance", 1, "[1]"), judgement("s2", "relevance", 1, "[2]")]
     got = citation_scores(sentences, judgements)
     assert got["recall"] is None and got["f1"] is None
     assert got["precision"] == 1.0
     assert got["missing"] == 1
 
 
-def test_absent_judgement_is_missing_too():
+def test_failed_relevance_call_is_missing():
     got = citation_scores([sent("s1", ["[1]", "[2]"])], [judgement("s1", "support", 2), judgement("s1", "relevance", 1, "[1]")])
     assert got["precision"] is None and got["recall"] == 1.0 and got["missing"] == 1
 
@@ -106,7 +106,7 @@ def scored(text, gold, judge_scores, rating=2):
             continue
         judgements.append(judgement(s["id"], "support", judge_scores.get(s["sentence_index"], 2)))
         judgements += [judgement(s["id"], "relevance", 1, c) for c in s["citations"]]
-    answer = {"rating": rating}
+    answer = None if rating is None else {"rating": rating}
     return score_response(row, parsed, sentences, judgements, answer)
 
 
@@ -156,10 +156,12 @@ def test_stage_cli_counts_and_missing(tmp_path):
         sentences += s
         for x in s:
             if x["citations"]:
-                judgements.append(judgement(x["id"], "support", None if i == 2 else 2, response_id=row["id"]))
+                if i != 2:  # q3's support call failed: no row
+                    judgements.append(judgement(x["id"], "support", 2, response_id=row["id"]))
                 judgements += [judgement(x["id"], "relevance", 1, c, response_id=row["id"]) for c in x["citations"]]
-        answers.append({"id": row["id"], "model": "m", "judge": "j", "question_type": row["question_type"],
-                        "rating": None if i == 1 else 2, "status": "failed" if i == 1 else "judged", "error": None})
+        if i != 1:  # q2's answer judge call failed: no row
+            answers.append({"id": row["id"], "model": "m", "judge": "j", "question_type": row["question_type"],
+                            "rating": 2, "status": "judged"})
     for name, data, table in (("responses", rows, "eval_responses"), ("citations", parsed, "eval_citations"),
                               ("sentences", sentences, "eval_sentences"), ("citation_judgements", judgements, "eval_citation_judgements"),
                               ("answer_judgements", answers, "eval_answer_judgements")):
@@ -174,7 +176,7 @@ def test_stage_cli_counts_and_missing(tmp_path):
     assert report["rows_in"] == 3 and report["rows_out"]["scores"] == 3
     assert report["stats"]["responses_missing_citation_scores"] == 1
     assert report["stats"]["responses_missing_accuracy"] == 1
-    assert report["stats"]["citation_judgements_failed"] == 1
+    assert report["stats"]["missing_citation_judgements"] == 1
     summary = pq.read_table(tmp_path / "summary.parquet").to_pylist()
     f1 = next(r for r in summary if r["grouping"] == "overall" and r["metric"] == "citation_f1")
     assert f1["value"] == 50.0 and f1["n"] == 2 and f1["missing"] == 1

@@ -1,0 +1,196 @@
+"""The MCiteBench evaluation report: DuckDB tables, a markdown report laid out like the seed's
+Tables 2, 3 and 4, and a plot of S-EM by evidence modality (mcitebench.txt §5.2-5.3, App. A.1).
+
+- Table 2: per model, C-F1 / S-F1 / S-EM / Acc for Explanation single-source, Explanation
+  multi-source and Locating single-source (and any other type/source group the release has).
+- Table 4: per model, each metric by evidence modality (figure, table, text, mixed).
+- Table 3: per model, source-identification accuracy overall and by modality (0-1, as the seed).
+- Coverage: per model, questions read, responses, failed generations, and the responses whose
+  C-F1 or Acc is missing because a judge call failed, so no mean hides what it left out.
+Every figure is read from the score stage's summary (means over the responses where a metric is
+present); "–" marks a group with no question, "n/a" a group whose metric is missing everywhere.
+
+Inputs: responses, scores, summary, probe (one file per model each). Each responses file's
+`.report.json` sidecar (written with it) gives the generation counts.
+Outputs: report (markdown), plot (PNG), db (DuckDB file with tables responses, scores, summary,
+probe, coverage).
+Invariant: every score and probe row read is in the DuckDB file (checked before the file is moved
+into place; the stage writes no table, so the runner's row count is 0 = 0).
+Params: title.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import duckdb
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from stages.core.release import md_table  # noqa: E402
+from stages.core.stage import Input, Output, Param, Stage, StageError  # noqa: E402
+from stages.core.tables import atomic_write_bytes  # noqa: E402
+
+VERSION = "1"
+HEADLINE = [("citation_f1", "C-F1"), ("source_f1", "S-F1"), ("source_em", "S-EM"), ("accuracy", "Acc")]
+MODALITIES = [("figure", "Fig."), ("table", "Tab."), ("text", "Text"), ("mixed", "Mix")]
+TYPE_SOURCE = ["explanation/single", "explanation/multi", "locating/single", "locating/multi"]
+
+
+def _cell(summary: dict, model: str, grouping: str, grp: str, metric: str) -> str:
+    row = summary.get((model, grouping, grp, metric))
+    if row is None:
+        return "–"
+    if row["value"] is None:
+        return "n/a"
+    missing = f" ({row['missing']} missing)" if row["missing"] else ""
+    return f"{row['value']:.2f}{missing}"
+
+
+def table2(summary: dict, models: list[str]) -> str:
+    groups = [g for g in TYPE_SOURCE if any((m, "type_source", g, "source_em") in summary for m in models)]
+    headers = ["Model"] + [f"{g.replace('/', ' ').title()} {label}" for g in groups for _, label in HEADLINE]
+    rows = [[m] + [_cell(summary, m, "type_source", g, metric) for g in groups for metric, _ in HEADLINE] for m in models]
+    return md_table(headers, rows)
+
+
+def table4(summary: dict, models: list[str]) -> str:
+    headers = ["Model"] + [f"{label} {mod}" for _, label in HEADLINE for _, mod in MODALITIES]
+    rows = [[m] + [_cell(summary, m, "modality", key, metric) for metric, _ in HEADLINE for key, _ in MODALITIES] for m in models]
+    return md_table(headers, rows)
+
+
+def overall(summary: dict, models: list[str]) -> str:
+    metrics = [("citation_recall", "C-R"), ("citation_precision", "C-P"), ("citation_f1", "C-F1"), ("source_precision", "S-P"),
+               ("source_recall", "S-R"), ("source_f1", "S-F1"), ("source_em", "S-EM"), ("accuracy", "Acc")]
+    rows = [[m] + [_cell(summary, m, "overall", "all", metric) for metric, _ in metrics] for m in models]
+    return md_table(["Model"] + [label for _, label in metrics], rows)
+
+
+def table3(con, models: list[str]) -> str:
+    rows = []
+    for model in models:
+        cells = [model]
+        for where in ["true", "modality = 'figure'", "modality = 'table'", "modality = 'text'"]:
+            acc, n = con.execute(f"select avg(correct::int), count(*) from probe where model = ? and {where}", [model]).fetchone()
+            cells.append("–" if not n else f"{acc:.2f} (n={n})")
+        rows.append(cells)
+    return md_table(["Model", "Overall", "Figure", "Table", "Text"], rows)
+
+
+def coverage_rows(con, responses_paths: list[str]) -> list[tuple]:
+    rows = []
+    for path in responses_paths:
+        sidecar = Path(f"{path}.report.json")
+        report = json.loads(sidecar.read_text()) if sidecar.exists() else {}
+        model = report.get("params", {}).get("model") or Path(path).stem
+        scored = con.execute(
+            "select count(*), count(*) filter (where citation_f1 is null), count(*) filter (where accuracy is null), "
+            "coalesce(sum(missing_judgements), 0) from scores where model = ?", [model]).fetchone()
+        settings = con.execute("select any_value(vision), any_value(with_captions) from responses where model = ?", [model]).fetchone()
+        rows.append((model, report.get("rows_in"), report.get("rows_out", {}).get("responses"), report.get("rejected"),
+                     json.dumps(report.get("rejected_by_reason", {})), scored[0], scored[1], scored[2], scored[3], settings[0], settings[1]))
+    return rows
+
+
+def plot_sem(summary: dict, models: list[str], path: str) -> None:
+    """Grouped bars: S-EM per evidence modality, one bar per model (cf. the seed's Figure 5)."""
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(MODALITIES)), 3.6))
+    width = 0.8 / max(1, len(models))
+    for i, model in enumerate(models):
+        values = []
+        for key, _ in MODALITIES:
+            row = summary.get((model, "modality", key, "source_em"))
+            values.append(row["value"] if row and row["value"] is not None else 0.0)
+        ax.bar([x + i * width for x in range(len(MODALITIES))], values, width, label=model)
+    ax.set_xticks([x + width * (len(models) - 1) / 2 for x in range(len(MODALITIES))], [label for _, label in MODALITIES])
+    ax.set_ylabel("S-EM (0-100)")
+    ax.set_ylim(0, 100)
+    ax.set_title("Source Exact Match by evidence modality")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(prefix=".plot.", suffix=".png", dir=Path(path).parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _load(con, name: str, paths: list[str]) -> int:
+    listed = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
+    con.execute(f"create table {name} as select * from read_parquet([{listed}], union_by_name = true)")
+    return con.execute(f"select count(*) from {name}").fetchone()[0]
+
+
+def run(ctx):
+    db_path = Path(ctx.output_path("db"))
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".evaluation.", suffix=".duckdb", dir=db_path.parent)
+    os.close(fd)
+    os.unlink(tmp)  # duckdb creates the file itself
+    con = duckdb.connect(tmp)
+    try:
+        for name in ("responses", "scores", "summary", "probe"):
+            ctx.stats[f"{name}_rows"] = _load(con, name, ctx.input_paths(name))
+        read = sum(ctx.read(name).num_rows for name in ("scores", "probe"))
+        if read != ctx.stats["scores_rows"] + ctx.stats["probe_rows"]:
+            raise StageError(f"{read} score and probe rows read but {ctx.stats['scores_rows'] + ctx.stats['probe_rows']} stored")
+        con.execute("create table coverage (model varchar, questions_read bigint, responses bigint, failed_generations bigint, "
+                    "failed_by_reason json, scored bigint, missing_citation_f1 bigint, missing_accuracy bigint, "
+                    "failed_judge_calls bigint, vision boolean, with_captions boolean)")
+        con.executemany("insert into coverage values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", coverage_rows(con, ctx.input_paths("responses")))
+        models = [r[0] for r in con.execute("select distinct model from scores order by model").fetchall()]
+        summary = {(r["model"], r["grouping"], r["grp"], r["metric"]): r for r in ctx.read_rows("summary")}
+        coverage = con.execute("select * exclude (failed_by_reason) from coverage order by model").fetchall()
+        cov_headers = ["Model", "Questions", "Responses", "Failed generations", "Scored", "C-F1 missing", "Acc missing",
+                       "Failed judge calls", "Vision", "Captions"]
+        markdown = "\n\n".join([
+            f"# {ctx.params['title']}",
+            "Scores on a 0-100 scale (Table 3: accuracy 0-1). C-F1 citation F1, S-F1 source F1, S-EM source exact match, "
+            "Acc answer accuracy (mcitebench.txt §4). A failed judge call is missing, never 0: means are over the responses "
+            "where the metric is present, and \"(k missing)\" counts the rest.",
+            "## Coverage", md_table(cov_headers, [list(r) for r in coverage]),
+            "## Main results (cf. Table 2)", table2(summary, models),
+            "## All metrics, overall", overall(summary, models),
+            "## Scores by evidence modality (cf. Table 4)", table4(summary, models),
+            "## Source identification, multiple choice (cf. Table 3)", table3(con, models),
+            "## S-EM by modality", f"![S-EM by modality]({Path(ctx.output_path('plot')).name})",
+        ]) + "\n"
+        plot_sem(summary, models, ctx.output_path("plot"))
+        atomic_write_bytes(ctx.output_path("report"), markdown.encode())
+        con.close()
+        os.replace(tmp, db_path)
+    except BaseException:
+        con.close()
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+STAGE = Stage(
+    name="report_mcitebench",
+    version=VERSION,
+    doc=__doc__,
+    inputs={
+        "responses": Input("eval_responses, one file per model (its .report.json gives generation counts)", many=True),
+        "scores": Input("eval_scores, one file per model", many=True),
+        "summary": Input("eval_summary, one file per model", many=True),
+        "probe": Input("eval_probe, one file per model", many=True),
+    },
+    outputs={
+        "report": Output(None, "markdown report"),
+        "plot": Output(None, "PNG: S-EM by modality"),
+        "db": Output(None, "DuckDB file with the evaluation tables"),
+    },
+    params={"title": Param(str, "MCiteBench evaluation", "report heading")},
+    run=run,
+)
+
+if __name__ == "__main__":
+    STAGE.main()
