@@ -1,0 +1,39 @@
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from eval_fixtures import llm_params, response_row
+from stages.core.tables import write_table
+from stages.probe_source_identification import STAGE, parse_choice
+
+
+@pytest.mark.parametrize("text, letters, expected", [
+    ("B", "ABCDE", "B"), ("B. It holds the table.", "ABCDE", "B"), ("**C** because", "ABCDE", "C"),
+    ("(D) the figure", "ABCDE", "D"), ("Answer: E", "ABCDE", "E"), ("E", "ABC", None),
+    ("The answer is B", "ABCDE", None), ("b) lower case", "ABCDE", None), ("Figure 1", "ABCDE", None), ("", "ABCDE", None),
+])
+def test_parse_choice(text, letters, expected):
+    assert parse_choice(text, letters) == expected
+
+
+def test_stage_cli_with_embedded_model(tmp_path):
+    labels = ["[1]", "Figure 1", "[2]", "Table 2", "[3]"]
+    rows = [
+        response_row("q1", "r", ["Figure 1"], labels, modality="figure"),
+        response_row("q2", "r", ["[3]"], labels),
+        response_row("q3", "r", ["[1]", "[2]"], labels),  # multi-source: not probed
+        response_row("q4", "r", ["[1]"], labels, question_type="locating"),  # locating: not probed
+    ]
+    write_table(tmp_path / "responses.parquet", rows, "eval_responses")
+    out = tmp_path / "probe.parquet"
+    STAGE.main(["--input", f"responses={tmp_path / 'responses.parquet'}", "--output", f"probe={out}",
+                "--params", json.dumps({"model": "smol", "llm": llm_params(tmp_path)})])
+    got = pq.read_table(out).to_pylist()
+    report = json.loads(Path(f"{out}.report.json").read_text())
+    assert report["rows_in"] == 2 and report["rows_out"]["probe"] == 2 and report["stats"]["not_probed"] == 2
+    assert [(r["question_id"], r["gold_letter"], r["modality"]) for r in got] == [("q1", "B", "figure"), ("q2", "E", "text")]
+    for r in got:
+        assert r["options"] == labels and r["raw"]
+        assert r["correct"] == (r["choice"] == r["gold_letter"]) and r["choice"] in (None, "A", "B", "C", "D", "E")

@@ -1,0 +1,73 @@
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from eval_fixtures import response_row
+from stages.core.tables import write_table
+from stages.report_mcitebench import STAGE
+from stages.score_mcitebench import summarize
+
+METRICS = ("citation_recall", "citation_precision", "citation_f1", "source_precision", "source_recall", "source_f1", "source_em", "accuracy")
+
+
+def score(model, qid, qtype, source, modality, f1, sem, acc):
+    values = {m: 50.0 for m in METRICS}
+    values.update(citation_f1=f1, source_em=sem, accuracy=acc)
+    return {"id": f"{model}:{qid}", "model": model, "question_id": qid, "question_type": qtype, "source": source, "modality": modality,
+            "n_cited_sentences": 1, **values, "missing_judgements": 1 if f1 is None else 0, "accuracy_missing": acc is None,
+            "predicted": ["[1]"], "gold": ["[1]"]}
+
+
+def probe(model, qid, modality, correct):
+    return {"id": f"p:{model}:{qid}", "model": model, "question_id": qid, "modality": modality, "options": ["[1]", "Figure 1"],
+            "gold_letter": "A", "choice": "A" if correct else "B", "correct": correct, "vision": False, "raw": "A"}
+
+
+@pytest.fixture()
+def inputs(tmp_path):
+    scores = {
+        "small": [score("small", "q1", "explanation", "single", "figure", 40.0, 100.0, 50.0),
+                  score("small", "q2", "explanation", "multi", "mixed", None, 0.0, 100.0),
+                  score("small", "q3", "locating", "single", "text", 80.0, 0.0, None)],
+        "large": [score("large", "q1", "explanation", "single", "figure", 90.0, 100.0, 100.0)],
+    }
+    probes = {"small": [probe("small", "q1", "figure", True), probe("small", "q4", "text", False)], "large": [probe("large", "q1", "figure", True)]}
+    args = []
+    for model in scores:
+        rows = [response_row(s["question_id"], "r", ["[1]"], model=model) for s in scores[model]]
+        paths = {name: tmp_path / f"{name}_{model}.parquet" for name in ("responses", "scores", "summary", "probe")}
+        write_table(paths["responses"], rows, "eval_responses")
+        Path(f"{paths['responses']}.report.json").write_text(json.dumps(
+            {"params": {"model": model}, "rows_in": len(rows) + 1, "rows_out": {"responses": len(rows)}, "rejected": 1,
+             "rejected_by_reason": {"invalid_answer": 1}}))
+        write_table(paths["scores"], scores[model], "eval_scores")
+        write_table(paths["summary"], summarize(model, scores[model]), "eval_summary")
+        write_table(paths["probe"], probes[model], "eval_probe")
+        args += [a for name, path in paths.items() for a in ("--input", f"{name}={path}")]
+    return args
+
+
+def test_report_tables_plot_and_db(tmp_path, inputs):
+    out = {"report": tmp_path / "report.md", "plot": tmp_path / "sem.png", "db": tmp_path / "evaluation.duckdb"}
+    STAGE.main(inputs + [a for name, path in out.items() for a in ("--output", f"{name}={path}")])
+    text = out["report"].read_text()
+    assert out["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    con = duckdb.connect(str(out["db"]), read_only=True)
+    assert con.execute("select count(*) from scores").fetchone()[0] == 4
+    assert con.execute("select count(*) from probe").fetchone()[0] == 3
+    coverage = con.execute("select model, questions_read, responses, failed_generations, missing_citation_f1, missing_accuracy "
+                           "from coverage order by model").fetchall()
+    assert coverage == [("large", 2, 1, 1, 0, 0), ("small", 4, 3, 1, 1, 1)]
+    # Table 2 cells equal a query over the scores; a missing C-F1 is excluded and counted
+    f1 = con.execute("select avg(citation_f1) from scores where model = 'small'").fetchone()[0]
+    assert f1 == 60.0 and "| small | 50.00 | 50.00 | 60.00 (1 missing) |" in text.split("## All metrics, overall")[1]
+    table2 = text.split("## Main results (cf. Table 2)")[1].split("##")[0]
+    assert "Explanation Single C-F1" in table2 and "Locating Single Acc" in table2 and "Locating Multi" not in table2
+    assert "| small | 40.00 | 50.00 | 100.00 | 50.00 | n/a |" in table2
+    table4 = text.split("(cf. Table 4)")[1].split("##")[0]
+    assert "| large | 90.00 | – | – | – |" in table4
+    table3 = text.split("(cf. Table 3)")[1].split("##")[0]
+    assert "| small | 0.50 (n=2) | 1.00 (n=1) | – | 0.00 (n=1) |" in table3
+    assert "![S-EM by modality](sem.png)" in text
