@@ -2,11 +2,13 @@
 # explanation and locating QA -> evidence pairing -> distractors -> quality control -> release.
 # The OpenReview harvest and PDF parsing rules live in rules/openreview.smk.
 MC = config.get("mcitebench", {})
+_CROPS = MC.get("parse", {}).get("image_store", "data/cache/images")  # where parse_pdfs puts figure/table crops
 
 
 def _llm(section):
-    """The global llm: section with a stage's `llm` overrides merged in (nested mappings one level)."""
-    merged = dict(config.get("llm", {}))
+    """The global llm: section with a stage's `llm` overrides merged in (nested mappings one level);
+    images resolve in the crop store unless the llm section names another."""
+    merged = {"image_store": _CROPS, **config.get("llm", {})}
     for key, value in section.get("llm", {}).items():
         merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
     return merged
@@ -134,7 +136,7 @@ if MC.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("release_mcitebench"),
-            settings=settings({**MC.get("release", {}), "releases_dir": RELEASES_DIR}),
+            settings=settings({"image_store": _CROPS, **MC.get("release", {}), "releases_dir": RELEASES_DIR}),
         log:
             log_path("mcitebench", "release_mcitebench"),
         benchmark:
