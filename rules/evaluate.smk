@@ -1,1 +1,198 @@
-# evaluate family rules: filled in by its issue
+# Evaluation on an MCiteBench release (seed mcitebench.txt §4-5): for every model in
+# config evaluate.models: answers with citations -> sentence/citation split -> Table 7/8 citation
+# judges and Table 9/10 answer judges -> MCiteBench's metrics, and the Table 11 probe; then one
+# report over all models (markdown laid out like Tables 2-4, S-EM plot, DuckDB file).
+# Per-model files use the shard slot of run_path for the model's position in evaluate.models
+# (<table>.00000.parquet = the first model); every table has a `model` column.
+EV = config.get("evaluate", {})
+
+
+def _eval_llm(overrides):
+    """The global llm: section with a model's (or the judge's) overrides, nested mappings merged."""
+    merged = dict(config.get("llm", {}))
+    for key, value in (overrides or {}).items():
+        merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
+    return merged
+
+
+def _release_input():
+    """evaluate.release: null = this run's MCiteBench release manifest; else a released data folder
+    (mcitebench.jsonl + images/) or its jsonl file."""
+    given = EV.get("release")
+    if not given:
+        return f"{RUNDIR}/mcitebench/release_mcitebench/release.json"
+    return str(Path(given) / "mcitebench.jsonl") if Path(given).is_dir() else given
+
+
+if EV.get("enabled", False):
+    _MODELS = EV["models"]
+    _M = [f"{i:05d}" for i in range(len(_MODELS))]
+    _JUDGE = EV["judge"]
+    _JUDGE_SETTINGS = {"judge": _JUDGE["name"], "llm": _eval_llm(_JUDGE.get("llm")), "vision": _JUDGE.get("vision")}
+
+    def _model(w):
+        return _MODELS[int(w.m)]
+
+    def _candidate(w):
+        model = _model(w)
+        return {"model": model["name"], "llm": _eval_llm(model.get("llm")), "vision": model.get("vision")}
+
+    def _ev(stage, table):
+        return run_path("evaluate", stage, table, "{m}")
+
+    wildcard_constraints:
+        m=r"\d{5}",
+
+    rule generate_answers:
+        input:
+            stage=stage_file("generate_answers"),
+            prompt_answer="prompts/mcitebench_answer.md",
+            release=_release_input(),
+        output:
+            responses=_ev("generate_answers", "responses"),
+        params:
+            io=stage_io,
+            version=stage_version("generate_answers"),
+            settings=lambda w: settings({
+                **_candidate(w),
+                "with_captions": _model(w).get("with_captions", EV.get("with_captions", False)),
+                "seed": EV.get("seed", 42), "limit": EV.get("limit", 0), "max_tokens": EV.get("max_tokens", 0),
+            }),
+        log:
+            log_path("evaluate", "generate_answers", "{m}"),
+        benchmark:
+            bench_path("evaluate", "generate_answers", "{m}")
+        shell:
+            stage_shell("generate_answers")
+
+    rule split_citations:
+        input:
+            stage=stage_file("split_citations"),
+            refs="stages/core/refs.py",  # the shared reference parser decides what a citation is
+            responses=rules.generate_answers.output.responses,
+        output:
+            citations=_ev("split_citations", "citations"),
+            sentences=_ev("split_citations", "sentences"),
+        params:
+            io=lambda w, input, output: stage_io(w, {k: v for k, v in input.items() if k != "refs"}, output),
+            version=stage_version("split_citations"),
+            settings=settings({}),
+        log:
+            log_path("evaluate", "split_citations", "{m}"),
+        benchmark:
+            bench_path("evaluate", "split_citations", "{m}")
+        shell:
+            stage_shell("split_citations")
+
+    rule judge_citations:
+        input:
+            stage=stage_file("judge_citations"),
+            prompt_support="prompts/mcitebench_judge_support.md",
+            prompt_relevance="prompts/mcitebench_judge_relevance.md",
+            responses=rules.generate_answers.output.responses,
+            sentences=rules.split_citations.output.sentences,
+        output:
+            judgements=_ev("judge_citations", "citation_judgements"),
+        params:
+            io=stage_io,
+            version=stage_version("judge_citations"),
+            settings=settings(_JUDGE_SETTINGS),
+        log:
+            log_path("evaluate", "judge_citations", "{m}"),
+        benchmark:
+            bench_path("evaluate", "judge_citations", "{m}")
+        shell:
+            stage_shell("judge_citations")
+
+    rule judge_answers:
+        input:
+            stage=stage_file("judge_answers"),
+            prompt_explanation="prompts/mcitebench_judge_explanation.md",
+            prompt_locating="prompts/mcitebench_judge_locating.md",
+            responses=rules.generate_answers.output.responses,
+        output:
+            judgements=_ev("judge_answers", "answer_judgements"),
+        params:
+            io=stage_io,
+            version=stage_version("judge_answers"),
+            settings=settings({k: v for k, v in _JUDGE_SETTINGS.items() if k != "vision"}),
+        log:
+            log_path("evaluate", "judge_answers", "{m}"),
+        benchmark:
+            bench_path("evaluate", "judge_answers", "{m}")
+        shell:
+            stage_shell("judge_answers")
+
+    rule score_mcitebench:
+        input:
+            stage=stage_file("score_mcitebench"),
+            responses=rules.generate_answers.output.responses,
+            citations=rules.split_citations.output.citations,
+            sentences=rules.split_citations.output.sentences,
+            citation_judgements=rules.judge_citations.output.judgements,
+            answer_judgements=rules.judge_answers.output.judgements,
+        output:
+            scores=_ev("score_mcitebench", "scores"),
+            summary=_ev("score_mcitebench", "summary"),
+        params:
+            io=stage_io,
+            version=stage_version("score_mcitebench"),
+            settings=settings({}),
+        log:
+            log_path("evaluate", "score_mcitebench", "{m}"),
+        benchmark:
+            bench_path("evaluate", "score_mcitebench", "{m}")
+        shell:
+            stage_shell("score_mcitebench")
+
+    rule probe_source_identification:
+        input:
+            stage=stage_file("probe_source_identification"),
+            prompt_probe="prompts/mcitebench_probe_source.md",
+            responses=rules.generate_answers.output.responses,
+        output:
+            probe=_ev("probe_source_identification", "probe"),
+        params:
+            io=stage_io,
+            version=stage_version("probe_source_identification"),
+            settings=lambda w: settings(_candidate(w)),
+        log:
+            log_path("evaluate", "probe_source_identification", "{m}"),
+        benchmark:
+            bench_path("evaluate", "probe_source_identification", "{m}")
+        shell:
+            stage_shell("probe_source_identification")
+
+    _PER_MODEL = {
+        "responses": rules.generate_answers.output.responses,
+        "citations": rules.split_citations.output.citations,
+        "sentences": rules.split_citations.output.sentences,
+        "citation_judgements": rules.judge_citations.output.judgements,
+        "answer_judgements": rules.judge_answers.output.judgements,
+        "scores": rules.score_mcitebench.output.scores,
+        "summary": rules.score_mcitebench.output.summary,
+        "probe": rules.probe_source_identification.output.probe,
+    }
+
+    rule report_mcitebench:
+        input:
+            stage=stage_file("report_mcitebench"),
+            **{name: expand(path, m=_M) for name, path in _PER_MODEL.items()},
+        output:
+            report=f"{RUNDIR}/evaluate/report_mcitebench/report.md",
+            plot=f"{RUNDIR}/evaluate/report_mcitebench/sem_by_modality.png",
+            db=f"{RUNDIR}/evaluate/report_mcitebench/evaluation.duckdb",
+        params:
+            io=stage_io,
+            version=stage_version("report_mcitebench"),
+            settings=settings({"title": EV.get("title", "MCiteBench evaluation")}),
+        log:
+            f"{RUNDIR}/logs/evaluate/report_mcitebench.log",
+        benchmark:
+            f"{RUNDIR}/benchmarks/evaluate/report_mcitebench.tsv"
+        shell:
+            stage_shell("report_mcitebench")
+
+    EVALUATIONS.append(rules.report_mcitebench.output.report)
+    # The per-model tables are in the report's DuckDB file. They are not added to CATALOG_TABLES:
+    # the catalog is part of the default `release` target, which would then run every evaluation.

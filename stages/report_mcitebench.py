@@ -10,10 +10,10 @@ Tables 2, 3 and 4, and a plot of S-EM by evidence modality (mcitebench.txt §5.2
 Every figure is read from the score stage's summary (means over the responses where a metric is
 present); "–" marks a group with no question, "n/a" a group whose metric is missing everywhere.
 
-Inputs: responses, scores, summary, probe (one file per model each). Each responses file's
-`.report.json` sidecar (written with it) gives the generation counts.
-Outputs: report (markdown), plot (PNG), db (DuckDB file with tables responses, scores, summary,
-probe, coverage).
+Inputs: responses, scores, summary, probe (one file per model each); optionally citations,
+sentences, citation_judgements, answer_judgements, stored alongside for queries. Each responses
+file's `.report.json` sidecar (written with it) gives the generation counts.
+Outputs: report (markdown), plot (PNG), db (DuckDB file: one table per input name, plus coverage).
 Invariant: every score and probe row read is in the DuckDB file (checked before the file is moved
 into place; the stage writes no table, so the runner's row count is 0 = 0).
 Params: title.
@@ -39,6 +39,7 @@ VERSION = "1"
 HEADLINE = [("citation_f1", "C-F1"), ("source_f1", "S-F1"), ("source_em", "S-EM"), ("accuracy", "Acc")]
 MODALITIES = [("figure", "Fig."), ("table", "Tab."), ("text", "Text"), ("mixed", "Mix")]
 TYPE_SOURCE = ["explanation/single", "explanation/multi", "locating/single", "locating/multi"]
+DETAIL = ("citations", "sentences", "citation_judgements", "answer_judgements")  # optional, stored for queries
 
 
 def _cell(summary: dict, model: str, grouping: str, grp: str, metric: str) -> str:
@@ -137,8 +138,9 @@ def run(ctx):
     os.unlink(tmp)  # duckdb creates the file itself
     con = duckdb.connect(tmp)
     try:
-        for name in ("responses", "scores", "summary", "probe"):
-            ctx.stats[f"{name}_rows"] = _load(con, name, ctx.input_paths(name))
+        for name in ("responses", "scores", "summary", "probe", *DETAIL):
+            if ctx.has_input(name):
+                ctx.stats[f"{name}_rows"] = _load(con, name, ctx.input_paths(name))
         read = sum(ctx.read(name).num_rows for name in ("scores", "probe"))
         if read != ctx.stats["scores_rows"] + ctx.stats["probe_rows"]:
             raise StageError(f"{read} score and probe rows read but {ctx.stats['scores_rows'] + ctx.stats['probe_rows']} stored")
@@ -182,6 +184,7 @@ STAGE = Stage(
         "scores": Input("eval_scores, one file per model", many=True),
         "summary": Input("eval_summary, one file per model", many=True),
         "probe": Input("eval_probe, one file per model", many=True),
+        **{name: Input(f"eval_{name}, one file per model (stored in the DuckDB file)", many=True, optional=True) for name in DETAIL},
     },
     outputs={
         "report": Output(None, "markdown report"),

@@ -69,6 +69,7 @@ def response_row(qid: str, response: str, gold: list[str], labels: list[str] | N
 
 def copy_repo_subset(dest: Path) -> Path:
     """The files a Snakemake run needs, copied so a test never writes into the working tree."""
+    dest.mkdir(parents=True, exist_ok=True)
     for name in ("Snakefile", "rules", "stages", "schemas", "prompts", "config"):
         src = REPO / name
         if src.is_dir():

@@ -1,0 +1,38 @@
+"""`snakemake evaluate` end to end on a release made from MCiteBench's released records, with the
+embedded model as candidate and judge, in a copy of the repository."""
+import json
+import subprocess
+
+import duckdb
+import pytest
+import yaml
+
+from eval_fixtures import copy_repo_subset, make_release, reference_records, shrink
+
+
+@pytest.mark.slow
+def test_snakemake_evaluate(tmp_path):
+    work = copy_repo_subset(tmp_path / "repo")
+    folder = make_release(tmp_path / "released", [shrink(r) for r in reference_records()], manifest=False)
+    config = {
+        "run": "t", "mavis": {"enabled": False}, "mcitebench": {"enabled": False}, "m2rag": {"enabled": False},
+        "evaluate": {"enabled": True, "release": str(folder), "limit": 2, "max_tokens": 24,
+                     "judge": {"name": "judge-smol"}, "models": [{"name": "smol-a"}, {"name": "smol-b", "with_captions": True}]},
+    }
+    (work / "config" / "test.yaml").write_text(yaml.safe_dump(config))
+    done = subprocess.run(["snakemake", "--cores", "2", "evaluate", "--configfile", "config/test.yaml"],
+                          cwd=work, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = work / "data" / "runs" / "t" / "evaluate"
+    report = (out / "report_mcitebench" / "report.md").read_text()
+    assert "## Main results (cf. Table 2)" in report and "| smol-a |" in report and "| smol-b |" in report
+    assert (out / "report_mcitebench" / "sem_by_modality.png").stat().st_size > 0
+    con = duckdb.connect(str(out / "report_mcitebench" / "evaluation.duckdb"), read_only=True)
+    assert con.execute("select model, count(*) from scores group by model order by model").fetchall() == [("smol-a", 2), ("smol-b", 2)]
+    assert con.execute("select count(distinct model) from responses where with_captions").fetchone()[0] == 1
+    sidecar = json.loads((out / "generate_answers" / "responses.00000.parquet.report.json").read_text())
+    assert sidecar["params"]["model"] == "smol-a" and sidecar["rows_in"] == 2
+    # an unchanged rerun has nothing to do
+    again = subprocess.run(["snakemake", "--cores", "2", "evaluate", "--configfile", "config/test.yaml", "-n"],
+                           cwd=work, capture_output=True, text=True, timeout=300)
+    assert "Nothing to be done" in again.stdout + again.stderr
