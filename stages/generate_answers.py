@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 from stages.core.ids import content_id
 from stages.core.images import ImageStore
-from stages.core.llm import LLMClient, LLMRequest
+from stages.core.llm import LlamaCppBackend, LLMClient, LLMRequest, OpenAIBackend, VLLMBackend, resolve_settings
 from stages.core.refs import figure_table_refs
 from stages.core.stage import Input, Output, Param, Stage, StageError
 
@@ -43,7 +43,7 @@ VERSION = "1"
 PROMPT = "mcitebench_answer"
 REQUIRED = ("question_id", "pdf_id", "question_type", "question", "answer", "evidence_keys", "evidence_contents",
             "text_2_idx", "image_2_idx", "table_2_idx", "distractor_contents")
-SEES_IMAGES = {"llamacpp": False, "openai": True, "vllm": True}
+BACKENDS = {"llamacpp": LlamaCppBackend, "openai": OpenAIBackend, "vllm": VLLMBackend}
 
 
 class BadRecord(ValueError):
@@ -146,9 +146,10 @@ def shown(items: list[dict], vision: bool, with_captions: bool) -> tuple[list[di
 
 
 def sees_images(params: dict) -> bool:
+    """The `vision` param, or else whether the configured backend takes images."""
     if params["vision"] is not None:
         return params["vision"]
-    return SEES_IMAGES[params["llm"].get("backend", "llamacpp")]
+    return BACKENDS[resolve_settings(params["llm"])["backend"]].sees_images
 
 
 def run(ctx):

@@ -83,6 +83,14 @@ def table3(con, models: list[str]) -> str:
     return md_table(["Model", "Overall", "Figure", "Table", "Text"], rows)
 
 
+def judge_modes(con, models: list[str]) -> str:
+    """How the citation judge saw the cited items (images, captions standing in, labels only, text)."""
+    counts = dict(((m, mode), n) for m, mode, n in con.execute(
+        "select model, mode, count(*) from citation_judgements where status = 'judged' group by all").fetchall())
+    modes = ["vision", "caption", "label", "text"]
+    return md_table(["Model"] + modes, [[m] + [counts.get((m, mode), 0) for mode in modes] for m in models])
+
+
 def coverage_rows(con, responses_paths: list[str]) -> list[tuple]:
     rows = []
     for path in responses_paths:
@@ -163,6 +171,8 @@ def run(ctx):
             "## All metrics, overall", overall(summary, models),
             "## Scores by evidence modality (cf. Table 4)", table4(summary, models),
             "## Source identification, multiple choice (cf. Table 3)", table3(con, models),
+            *(["## Citation judgements by how items were shown (judge calls made)", judge_modes(con, models)]
+              if ctx.has_input("citation_judgements") else []),
             "## S-EM by modality", f"![S-EM by modality]({Path(ctx.output_path('plot')).name})",
         ]) + "\n"
         plot_sem(summary, models, ctx.output_path("plot"))

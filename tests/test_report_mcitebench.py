@@ -71,3 +71,16 @@ def test_report_tables_plot_and_db(tmp_path, inputs):
     table3 = text.split("(cf. Table 3)")[1].split("##")[0]
     assert "| small | 0.50 (n=2) | 1.00 (n=1) | – | 0.00 (n=1) |" in table3
     assert "![S-EM by modality](sem.png)" in text
+    assert "judgements by how items were shown" not in text  # no citation_judgements input given
+
+
+def test_report_counts_judge_modes(tmp_path, inputs):
+    judgements = [{"id": f"j{i}", "response_id": "r", "sentence_id": "s", "model": "small", "judge": "j", "kind": "relevance",
+                   "item": "Figure 1", "shown": ["Figure 1"], "score": 1, "status": "judged", "mode": mode}
+                  for i, mode in enumerate(["caption", "caption", "label", "text"])]
+    write_table(tmp_path / "cj.parquet", judgements, "eval_citation_judgements")
+    out = {"report": tmp_path / "r.md", "plot": tmp_path / "p.png", "db": tmp_path / "e.duckdb"}
+    STAGE.main(inputs + ["--input", f"citation_judgements={tmp_path / 'cj.parquet'}"]
+               + [a for name, path in out.items() for a in ("--output", f"{name}={path}")])
+    section = out["report"].read_text().split("how items were shown")[1]
+    assert "| small | 0 | 2 | 1 | 1 |" in section and "| large | 0 | 0 | 0 | 0 |" in section
