@@ -84,7 +84,7 @@ def main() -> None:
                 out = tmp / name / "images.parquet"
                 params = {"store": str(tmp / name / "store"), "fetch": settings, "record_warc": warc, "workers": args.workers}
                 started = time.perf_counter()
-                STAGE.main(["--input", f"items={items}", "--output", f"images={out}", "--params", json.dumps(params)])
+                STAGE.main(["--input", f"owners={items}", "--output", f"images={out}", "--params", json.dumps(params)])
                 seconds = time.perf_counter() - started
                 rows = pq.read_table(out).num_rows
                 assert rows == args.images, f"{name}: {rows} of {args.images} images cached"

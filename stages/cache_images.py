@@ -1,7 +1,7 @@
 """cache_images: download the images a table names into the image store (M2RAG §4.2.3 (1)
 "Caching & Conversion"; MAVIS §3.2 Step 2, the images of the Reddit posts).
 
-Input `items`: any table with an owner id column and a url column holding one url or a list of
+Input `owners`: any table with an owner id column and a url column holding one url or a list of
 urls (e.g. reddit_questions: `id`, `image_urls`); optionally a query id column (M2RAG: a web page
 owns the image, a query owns the page). Every (owner, url) pair is one row in: it ends as one row
 of `images` (table images_cached) or one reject. Each distinct url is fetched once, through the
@@ -13,12 +13,14 @@ reason: the fetch layer's (http_404, timeout, blocked_address, too_large, bad_co
 not_in_archive, ...), not_an_image, broken_image, pixel_bomb, unsupported_format, plus bad_url
 (empty or non-http url) and duplicate_url (the same url twice in one owner's list).
 
+Input `warcs` (optional): the WARC files fetch mode `replay` answers from, so Snakemake sees them.
 Params: owner_column, url_column, query_column, store (image store root), fetch (the `fetch:`
 config section), record_warc (the WARC file to write in record mode), workers, max_pixels, accept.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 
 from tqdm import tqdm
 
@@ -53,10 +55,10 @@ def _fetch_one(fetcher: Fetcher, store: ImageStore, url: str, accept: tuple[str,
 def _pairs(ctx) -> list[tuple[str, str, int, object]]:
     """(owner, query, position, url) for every url of every input row."""
     p = ctx.params
-    table = ctx.read("items")
+    table = ctx.read("owners")
     for column in filter(None, (p["owner_column"], p["url_column"], p["query_column"])):
         if column not in table.column_names:
-            raise StageError(f"input items has no column {column!r} (columns: {table.column_names})")
+            raise StageError(f"input owners has no column {column!r} (columns: {table.column_names})")
     owners = table.column(p["owner_column"]).to_pylist()
     urls = table.column(p["url_column"]).to_pylist()
     queries = table.column(p["query_column"]).to_pylist() if p["query_column"] else owners
@@ -73,6 +75,8 @@ def run(ctx) -> None:
         settings = FetchSettings.from_dict(p["fetch"])
     except (TypeError, ValueError) as err:
         raise StageError(f"param fetch: {err}") from None
+    if ctx.has_input("warcs"):
+        settings = dataclasses.replace(settings, replay_warcs=tuple(ctx.input_paths("warcs")))
     if settings.mode == "record" and not p["record_warc"]:
         raise StageError("fetch mode is 'record' but param record_warc (the WARC file to write) is empty")
     store = ImageStore(p["store"])
@@ -116,7 +120,10 @@ STAGE = Stage(
     name="cache_images",
     version=VERSION,
     doc=__doc__,
-    inputs={"items": Input("rows naming image urls (owner id + url or list of urls)", many=True)},
+    inputs={
+        "owners": Input("rows naming image urls (owner id + url or list of urls)", many=True),
+        "warcs": Input("WARC files replay mode answers from (instead of fetch.replay_warcs)", many=True, optional=True, kind="file"),
+    },
     outputs={"images": Output("images_cached", "one row per (owner, url) whose image is in the store")},
     params={
         "owner_column": Param(str, "id", "column with the owner's id"),

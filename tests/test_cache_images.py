@@ -96,7 +96,7 @@ EXPECTED_REJECTS = {
 def run_stage(tmp: Path, items_path: Path, store: Path, fetch: dict, record_warc: str = "") -> tuple[list[dict], list[dict], dict]:
     out = tmp / "images.parquet"
     params = {"store": str(store), "fetch": fetch, "record_warc": record_warc, "workers": 4}
-    STAGE.main(["--input", f"items={items_path}", "--output", f"images={out}", "--params", json.dumps(params)])
+    STAGE.main(["--input", f"owners={items_path}", "--output", f"images={out}", "--params", json.dumps(params)])
     rejects = pq.read_table(f"{out}.rejects.parquet").to_pylist()
     return pq.read_table(out).to_pylist(), rejects, json.loads(Path(f"{out}.report.json").read_text())
 
@@ -175,12 +175,12 @@ def test_cli_help_and_bad_params(tmp_path):
     pq.write_table(pa.Table.from_pylist([{"id": "a", "image_urls": ["http://example.org/a.png"]}]), items_path)
     out = tmp_path / "images.parquet"
     bad = subprocess.run(
-        [sys.executable, "-m", "stages.cache_images", "--input", f"items={items_path}", "--output", f"images={out}", "--params", '{"fetch": {"mode": "record"}}'],
+        [sys.executable, "-m", "stages.cache_images", "--input", f"owners={items_path}", "--output", f"images={out}", "--params", '{"fetch": {"mode": "record"}}'],
         capture_output=True, text=True,
     )
     assert bad.returncode != 0 and "record_warc" in bad.stderr and not out.exists()
     bad = subprocess.run(
-        [sys.executable, "-m", "stages.cache_images", "--input", f"items={items_path}", "--output", f"images={out}", "--params", '{"url_column": "urls"}'],
+        [sys.executable, "-m", "stages.cache_images", "--input", f"owners={items_path}", "--output", f"images={out}", "--params", '{"url_column": "urls"}'],
         capture_output=True, text=True,
     )
     assert bad.returncode != 0 and "no column 'urls'" in bad.stderr
