@@ -1,6 +1,7 @@
 """The fetch layer against real local HTTP servers on 127.0.0.1 (pytest-httpserver, raw sockets)."""
 from __future__ import annotations
 
+import concurrent.futures
 import socket
 import threading
 import time
@@ -214,3 +215,32 @@ def test_failed_recording_leaves_no_archive(tmp_path):
         with Fetcher(settings(mode="record"), record_to=warc):
             raise RuntimeError("stage died")
     assert not warc.exists() and not list(tmp_path.iterdir())
+
+
+def test_per_host_concurrency_and_rate_limit():
+    active, peak, lock = [0], [0], threading.Lock()
+
+    def handler(request):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.15)
+        with lock:
+            active[0] -= 1
+        return Response(b"ok")
+
+    # a threaded server, so the only limit on parallel requests is the fetcher's
+    server = HTTPServer(host="127.0.0.1", port=0, threaded=True)
+    server.expect_request("/slot").respond_with_handler(handler)
+    server.start()
+    try:
+        with Fetcher(settings(per_host_concurrency=2)) as fetcher, concurrent.futures.ThreadPoolExecutor(6) as pool:
+            assert all(f.body == b"ok" for f in pool.map(fetcher.fetch, [server.url_for("/slot")] * 6))
+        assert peak[0] == 2
+        peak[0] = 0
+        with Fetcher(settings(per_host_concurrency=8, per_host_rate=10.0)) as fetcher, concurrent.futures.ThreadPoolExecutor(4) as pool:
+            started = time.monotonic()
+            list(pool.map(fetcher.fetch, [server.url_for("/slot")] * 4))
+            assert time.monotonic() - started >= 0.3 + 0.15  # starts spaced 0.1 s apart, the last one served for 0.15 s
+    finally:
+        server.stop()

@@ -19,7 +19,7 @@ through `Fetcher.fetch(url)`.
 
 Failures raise FetchError with a reason code stages can use as their reject reason:
 bad_url, dns_error, blocked_address, timeout, connection_error, http_<status>, too_large,
-bad_content_type, too_many_redirects, not_in_archive.
+bad_content_type, bad_response, too_many_redirects, not_in_archive.
 """
 from __future__ import annotations
 
@@ -366,6 +366,8 @@ class Fetcher:
                 raise requests.ConnectionError(f"body cut short: {err}") from err
             except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema, requests.exceptions.MissingSchema) as err:
                 raise FetchError("bad_url", f"{url}: {err}") from None
+            except requests.RequestException as err:  # undecodable gzip, a malformed header...
+                raise FetchError("bad_response", f"{url}: {type(err).__name__}: {err}") from None
             return response
 
         def on_retry(attempt_no: int, why: str) -> None:
