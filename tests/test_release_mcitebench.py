@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import duckdb
+import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
@@ -141,7 +142,6 @@ def test_review_decisions_are_honoured(built):
     manifest, _ = release(tmp_path, store, el, "--input", f"review={sheet}")
     records = [json.loads(line) for line in (Path(manifest["path"]) / "mcitebench.jsonl").read_text().splitlines()]
     assert qas[1]["id"] not in {r["question_id"] for r in records} and len(records) == 3
-    import pyarrow.parquet as pq
     rejects = pq.read_table(tmp_path / "out" / "release.json.rejects.parquet").to_pylist()
     assert [(r["id"], r["reason"], r["detail"]) for r in rejects] == [(qas[1]["id"], "human_rejected", "figure does not show it")]
     report = json.loads((tmp_path / "out" / "release.json.report.json").read_text())
