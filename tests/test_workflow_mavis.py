@@ -54,7 +54,8 @@ def test_demo_release_rerun_and_catalog(workflow_copy):
 
     changed = _only_mavis(workflow_copy, min_answer_chars=300)
     planned = run_snakemake(workflow_copy, "release", "--configfile", str(changed), "--dry-run")
-    assert _jobs(planned.stdout) == ["build_catalog", "filter_questions", "release", "release_mavis"]
+    assert _jobs(planned.stdout) == ["build_catalog", "cache_images", "filter_images", "filter_questions", "phash_dedup",
+                                     "release", "release_mavis"]  # the post images (rules/images.smk) descend from the questions
 
 
 def test_typo_in_config_fails_before_any_job(workflow_copy):
