@@ -50,8 +50,8 @@ def inputs(tmp_path) -> dict:
     tiny_sha, tiny_size = noisy_png(store, 10, (90, 100))  # 9,000 pixels: too few
     rows.append(cached_row("reddit:a", 9, tiny_sha, tiny_size, (90, 100)))
     huge = cached_row("reddit:b", 8, "f" * 64, 10**7, (2500, 1600))  # 4e6 pixels: too many (bound excluded)
-    flat_sha, flat_size = ImageStore.put(store, _png_bytes(Image.new("RGB", (200, 200), "white")), "png"), 0
-    flat = cached_row("reddit:c", 7, flat_sha, len(store.read(flat_sha)), (200, 200))  # compresses to a few hundred bytes
+    flat_png = _png_bytes(Image.new("RGB", (200, 200), "white"))  # compresses to a few hundred bytes
+    flat = cached_row("reddit:c", 7, store.put(flat_png, "png"), len(flat_png), (200, 200))
     orphan_sha, orphan_size = noisy_png(store, 11, (150, 150))
     orphan = cached_row("reddit:zz", 0, orphan_sha, orphan_size, (150, 150))
     rows += [huge, flat, orphan]

@@ -31,7 +31,6 @@ import os
 import socket
 import tempfile
 import threading
-import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
