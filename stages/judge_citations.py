@@ -11,7 +11,8 @@ support 0, both without a call (status `not_in_input`).
 Figures and tables go to the judge as images when it can see them (`vision`; by default the
 openai and vllm backends can, the embedded llamacpp model cannot). A text-only judge sees each
 image's caption instead, or only its label when the release has no caption; every row records how
-it was shown (`mode`: vision | caption | label | text when the items are all text paragraphs).
+it was shown (`mode`: vision | caption | label | text when the items are all text paragraphs |
+none when nothing was shown).
 
 A failed judge call (invalid answer after the client's retries, backend error) writes no
 judgement: it is a reject (`invalid_answer`, raw answer and reason) and score_mcitebench counts it
@@ -52,7 +53,7 @@ def plan(sentence: dict, response: dict, vision: bool) -> list[dict]:
     planned = []
     for kind, item, parts in [("support", None, known)] + [("relevance", c, [by_label[c]] if c in by_label else []) for c in cited]:
         row = {**base, "id": content_id("judge", sentence["id"], kind, item), "kind": kind, "item": item,
-               "shown": [p["label"] for p in parts], "mode": display_mode(parts, vision), "request": None}
+               "shown": [p["label"] for p in parts], "mode": display_mode(parts, vision) if parts else "none", "request": None}
         if not parts:
             row.update(score=0, status="not_in_input")
         else:

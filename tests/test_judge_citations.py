@@ -27,7 +27,7 @@ def test_plan_scores_items_not_in_input_without_a_call():
     first = plan(sentences[0], row, vision=False)
     assert [(p["kind"], p["item"], p["status"], p["shown"]) for p in first] == [
         ("support", None, "judged", ["[1]"]), ("relevance", "[9]", "not_in_input", []), ("relevance", "[1]", "judged", ["[1]"])]
-    assert first[1]["score"] == 0 and first[1]["request"] is None
+    assert first[1]["score"] == 0 and first[1]["request"] is None and first[1]["mode"] == "none"
     second = plan(sentences[1], row, vision=False)
     assert [(p["kind"], p["score"], p["status"]) for p in second] == [("support", 0, "not_in_input"), ("relevance", 0, "not_in_input")]
     assert all(p["request"] is None for p in second)
