@@ -111,11 +111,12 @@ def plot_sem(summary: dict, models: list[str], path: str) -> None:
     fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(MODALITIES)), 3.6))
     width = 0.8 / max(1, len(models))
     for i, model in enumerate(models):
-        values = []
-        for key, _ in MODALITIES:
-            row = summary.get((model, "modality", key, "source_em"))
-            values.append(row["value"] if row and row["value"] is not None else 0.0)
-        ax.bar([x + i * width for x in range(len(MODALITIES))], values, width, label=model)
+        rows = [summary.get((model, "modality", key, "source_em")) for key, _ in MODALITIES]
+        xs = [x + i * width for x in range(len(MODALITIES))]
+        values = [row["value"] if row and row["value"] is not None else 0.0 for row in rows]
+        ax.bar(xs, values, width, label=model)
+        for x, value, row in zip(xs, values, rows):  # tell a 0 from a group without questions
+            ax.annotate("–" if row is None else f"{value:.0f}", (x, value), ha="center", va="bottom", fontsize="small")
     ax.set_xticks([x + width * (len(models) - 1) / 2 for x in range(len(MODALITIES))], [label for _, label in MODALITIES])
     ax.set_ylabel("S-EM (0-100)")
     ax.set_ylim(0, 100)
