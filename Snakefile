@@ -2,6 +2,8 @@
 #   snakemake --cores 2 release      build every enabled family's release (default target)
 #   snakemake --cores 2 catalog      data/runs/<run>/catalog.duckdb over every stage output
 #   snakemake --cores 2 evaluate     run the configured models on the releases and score them
+import os
+
 from stages.core.config import validate_config
 
 configfile: "config/config.yaml"
@@ -37,6 +39,6 @@ rule evaluate:
 onsuccess:
     for manifest in RELEASES:
         if Path(manifest).exists():
-            print(f"release: {json.loads(Path(manifest).read_text())['path']}")
+            print(f"release: {os.path.relpath(json.loads(Path(manifest).read_text())['path'])}")
     if Path(CATALOG_FILE).exists():
         print(f"catalog: {CATALOG_FILE}  (duckdb {CATALOG_FILE} \"show all tables\")")

@@ -91,7 +91,7 @@ def write_manifest(path: str, name: str, version: str, folder: Path, tables: dic
     manifest = {
         "name": name,
         "version": version,
-        "path": str(folder),
+        "path": str(folder.resolve()),  # absolute: readable by stages run from any folder
         "tables": {t: tables[t].num_rows for t in tables},
     }
     atomic_write_bytes(path, json.dumps(manifest, indent=2).encode())
