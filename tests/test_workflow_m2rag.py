@@ -1,0 +1,65 @@
+"""The real Snakemake DAG for the M2RAG family on a few demo queries with the embedded model:
+release + catalog; editing the classifier prompt reruns only classify_queries and its descendants
+and calls the model only for that prompt; a forced filter rerun is answered from the shared cache."""
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pytest
+import yaml
+
+from conftest import run_snakemake
+
+pytestmark = pytest.mark.slow
+RUN = "data/runs/demo/m2rag"
+
+
+def only_m2rag(workdir, limit=4):
+    config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    for name, section in config.items():
+        if isinstance(section, dict) and "enabled" in section and name != "m2rag":
+            section["enabled"] = False
+    config["m2rag"]["harvest"]["limit"] = limit
+    path = workdir / "only_m2rag.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def jobs(dry_run_stdout):
+    return sorted({line.split()[1].rstrip(":") for line in dry_run_stdout.splitlines() if line.startswith(("rule ", "localrule "))})
+
+
+def reports(workdir, stage, table):
+    return {p.name: json.loads(p.read_text()) for p in sorted((workdir / RUN / stage).glob(f"{table}.*.parquet.report.json"))}
+
+
+def test_prompt_edit_reruns_only_the_classifier(workflow_copy):
+    config = only_m2rag(workflow_copy)
+    run_snakemake(workflow_copy, "release", "--configfile", str(config))
+    manifest = json.loads((workflow_copy / RUN / "release_m2rag/release.json").read_text())
+    con = duckdb.connect(str(workflow_copy / "data/runs/demo/catalog.duckdb"), read_only=True)
+    assert con.execute("select count(*) from m2rag.queries").fetchone()[0] == 4
+    classified = con.execute("select count(*) from m2rag.classified_queries").fetchone()[0]
+    rejected = con.execute("select count(*) from m2rag.filter_queries_rejects").fetchone()[0] + \
+        con.execute("select count(*) from m2rag.classify_queries_rejects").fetchone()[0]
+    assert classified == manifest["tables"]["queries"] and classified + rejected == 4
+    con.close()
+    filter_before = reports(workflow_copy, "filter_queries", "filtered_queries")
+    assert sum(r["stats"]["llm_calls"] for r in filter_before.values()) == 8  # 4 queries x 2 prompts (apply: false)
+
+    prompt = workflow_copy / "prompts" / "m2rag_query_classify.md"
+    prompt.write_text(prompt.read_text().replace("# Input Question", "Keep the analysis to one sentence.\n\n# Input Question"))
+    planned = run_snakemake(workflow_copy, "release", "--configfile", str(config), "--dry-run")
+    assert jobs(planned.stdout) == ["build_catalog", "classify_queries", "release", "release_m2rag"]
+    run_snakemake(workflow_copy, "release", "--configfile", str(config))
+    assert reports(workflow_copy, "filter_queries", "filtered_queries") == filter_before  # not rerun: 0 filter calls
+    classify = reports(workflow_copy, "classify_queries", "classified_queries").values()
+    assert sum(r["stats"].get("llm_calls[m2rag_query_classify]", 0) for r in classify) >= sum(r["rows_in"] for r in classify) > 0
+    assert all(r["stats"].get("llm_cache_hits", 0) == 0 for r in classify)  # the edited prompt's calls are all new
+
+    run_snakemake(workflow_copy, "release", "--configfile", str(config), "--forcerun", "filter_queries")
+    for report in reports(workflow_copy, "filter_queries", "filtered_queries").values():
+        assert report["stats"].get("llm_calls", 0) == 0 and report["stats"]["llm_cache_hits"] == 2 * report["rows_in"]
+    for report in reports(workflow_copy, "classify_queries", "classified_queries").values():
+        assert report["stats"].get("llm_calls", 0) == 0
