@@ -255,9 +255,9 @@ def body(p: dict) -> list[tuple]:
         ("p", f"Anonymous. A study of {b}. In Proceedings of a Conference, 2023."),
         ("break",),
         ("h", "A Additional Experiments"),
-        ("p", f"This appendix repeats the main experiment with five more seeds; the ranking of methods does not change."),
+        ("p", "This appendix repeats the main experiment with five more seeds; the ranking of methods does not change."),
         ("h", "A.1 Hyperparameters"),
-        ("p", f"Table 4 lists every hyperparameter; Figure 4 shows the sensitivity to the kept fraction."),
+        ("p", "Table 4 lists every hyperparameter; Figure 4 shows the sensitivity to the kept fraction."),
         ("tab", "Table 4: Hyperparameters used in all runs.", ["Name", "Value", "Range searched"],
          [["learning rate", "3e-4", "1e-4 to 1e-3"], ["kept fraction", "0.12", "0.05 to 0.5"], ["rank", "8", "4 to 32"]]),
         ("fig", "Figure 4: Sensitivity of " + metric + " to the kept fraction.", chart("lines", seed + 3)),
@@ -334,7 +334,7 @@ def replies(p: dict, lines_of: dict[str, list[int]]) -> list[dict]:
     else:
         efficiency = "Section 4.3"
     answers = {
-        101: (f"The gate matters most: removing it costs 2.5 points, as shown in Table 2 and discussed in Section 4.2.",
+        101: ("The gate matters most: removing it costs 2.5 points, as shown in Table 2 and discussed in Section 4.2.",
               f"{m} trains faster than {b}; see {efficiency} and Figure 3.",
               "All hyperparameters, including the kept fraction, are listed in Table 4 in Appendix A.1."),
         102: (f"{m} improves over {b} on every split, as shown in Table 2 and Figure 2.",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from stages.core.release import md_table, release_version, write_manifest, write_release
+from stages.core.release import md_table, publish_release, reject_counts
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import read_tables
 
@@ -45,8 +45,7 @@ def build_tables(queries: pa.Table, rejects: pa.Table, categories: list[dict]) -
         "group by 1, 2 order by 1"
     ).to_arrow_table()
     decisions = con.execute(_DECISIONS).to_arrow_table()
-    reject_counts = con.execute("select stage, reason, count(*)::bigint as rows from rejects group by 1, 2 order by 1, 2").to_arrow_table()
-    return {"queries": queries, "categories": category_counts, "filter_decisions": decisions, "reject_counts": reject_counts}
+    return {"queries": queries, "categories": category_counts, "filter_decisions": decisions, "reject_counts": reject_counts(rejects)}
 
 
 def card(name: str, version: str, tables: dict[str, pa.Table]) -> str:
@@ -81,11 +80,7 @@ def run(ctx):
     else:
         rejects = pa.table({n: pa.array([], pa.string()) for n in ("id", "stage", "reason", "detail")})
     tables = build_tables(queries, rejects, ctx.params["categories"])
-    inputs = ctx.input_paths("queries") + ctx.input_paths("rejects")
-    version = release_version(inputs, {k: v for k, v in ctx.params.items() if k != "releases_dir"} | {"stage_version": VERSION})
-    name = ctx.params["name"]
-    folder = write_release(ctx.params["releases_dir"], name, version, tables, card(name, version, tables))
-    write_manifest(ctx.output_path("manifest"), name, version, folder, tables)
+    publish_release(ctx, tables, lambda name, version: card(name, version, tables))
     ctx.stats["released_queries"] = queries.num_rows
 
 

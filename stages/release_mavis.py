@@ -13,7 +13,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from stages.core.release import md_table, release_version, write_manifest, write_release
+from stages.core.release import md_table, publish_release, reject_counts
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import read_tables
 
@@ -51,18 +51,8 @@ def run(ctx):
     ctx.add_input(questions.num_rows)
     questions = questions.sort_by("id")
     rejects = read_tables(ctx.input_paths("rejects")) if ctx.has_input("rejects") else None
-    con = duckdb.connect()
-    if rejects is not None and rejects.num_rows:
-        con.register("rejects", rejects)
-        reject_counts = con.execute("select stage, reason, count(*)::bigint as rows from rejects group by 1, 2 order by 1, 2").to_arrow_table()
-    else:
-        reject_counts = pa.table({"stage": pa.array([], pa.string()), "reason": pa.array([], pa.string()), "rows": pa.array([], pa.int64())})
-    tables = {"questions": questions, "reject_counts": reject_counts}
-    inputs = ctx.input_paths("questions") + ctx.input_paths("rejects")
-    version = release_version(inputs, {k: v for k, v in ctx.params.items() if k != "releases_dir"} | {"stage_version": VERSION})
-    name = ctx.params["name"]
-    folder = write_release(ctx.params["releases_dir"], name, version, tables, card(name, version, tables))
-    write_manifest(ctx.output_path("manifest"), name, version, folder, tables)
+    tables = {"questions": questions, "reject_counts": reject_counts(rejects)}
+    publish_release(ctx, tables, lambda name, version: card(name, version, tables))
     ctx.stats["released_questions"] = questions.num_rows
 
 

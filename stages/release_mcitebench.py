@@ -38,7 +38,7 @@ from PIL import Image
 
 from stages.core.ids import sha256_hex
 from stages.core.images import ImageStore
-from stages.core.release import md_table, release_version, write_manifest, write_release
+from stages.core.release import md_table, publish_release
 from stages.core.stage import Input, Output, Param, Stage, StageError
 from stages.core.tables import table_schema, to_arrow
 from stages.pair_evidence import label_key
@@ -231,10 +231,7 @@ def run(ctx):
             for rec in records:
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
-    inputs = [path for name in ("questions", "evidence", "distractors", "elements", "review") for path in ctx.input_paths(name)]
-    version = release_version(inputs, {k: v for k, v in p.items() if k != "releases_dir"} | {"stage_version": VERSION})
-    folder = write_release(p["releases_dir"], p["name"], version, tables, card(p["name"], version, table1(tables), dict(ctx.rejected_by_reason)), export)
-    write_manifest(ctx.output_path("manifest"), p["name"], version, folder, tables)
+    publish_release(ctx, tables, lambda name, version: card(name, version, table1(tables), dict(ctx.rejected_by_reason)), export)
 
 
 def _released_plus_rejected(ctx):

@@ -97,6 +97,33 @@ def write_manifest(path: str, name: str, version: str, folder: Path, tables: dic
     atomic_write_bytes(path, json.dumps(manifest, indent=2).encode())
 
 
+def reject_counts(rejects: pa.Table | None) -> pa.Table:
+    """(stage, reason, rows) over the family's rejects sidecars: what was dropped and why."""
+    if rejects is None or rejects.num_rows == 0:
+        return pa.table({"stage": pa.array([], pa.string()), "reason": pa.array([], pa.string()), "rows": pa.array([], pa.int64())})
+    con = duckdb.connect()
+    con.register("rejects", rejects)
+    return con.execute("select stage, reason, count(*)::bigint as rows from rejects group by 1, 2 order by 1, 2").to_arrow_table()
+
+
+def publish_release(
+    ctx,
+    tables: dict[str, pa.Table],
+    make_card: Callable[[str, str], str],
+    extra: Callable[[Path], None] | None = None,
+) -> Path:
+    """What every release stage ends with: version the release by its stage's input files and
+    params (not `releases_dir`, which says where, not what), write it, and write the manifest
+    output. `make_card(name, version)` returns the dataset card."""
+    inputs = [path for name in ctx.stage.inputs for path in ctx.input_paths(name)]
+    params = {k: v for k, v in ctx.params.items() if k != "releases_dir"} | {"stage_version": ctx.stage.version}
+    name = ctx.params["name"]
+    version = release_version(inputs, params)
+    folder = write_release(ctx.params["releases_dir"], name, version, tables, make_card(name, version), extra)
+    write_manifest(ctx.output_path("manifest"), name, version, folder, tables)
+    return folder
+
+
 def md_table(headers: list[str], rows: list[list]) -> str:
     """A GitHub-flavoured markdown table."""
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
