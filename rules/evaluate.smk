@@ -7,14 +7,6 @@
 EV = config.get("evaluate", {})
 
 
-def _eval_llm(overrides):
-    """The global llm: section with a model's (or the judge's) overrides, nested mappings merged."""
-    merged = dict(config.get("llm", {}))
-    for key, value in (overrides or {}).items():
-        merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
-    return merged
-
-
 def _release_input():
     """evaluate.release: null = this run's MCiteBench release manifest; else a released data folder
     (mcitebench.jsonl + images/) or its jsonl file."""
@@ -28,14 +20,14 @@ if EV.get("enabled", False):
     _MODELS = EV["models"]
     _M = [f"{i:05d}" for i in range(len(_MODELS))]
     _JUDGE = EV["judge"]
-    _JUDGE_SETTINGS = {"judge": _JUDGE["name"], "llm": _eval_llm(_JUDGE.get("llm")), "vision": _JUDGE.get("vision")}
+    _JUDGE_SETTINGS = {"judge": _JUDGE["name"], "llm": llm_with(_JUDGE.get("llm")), "vision": _JUDGE.get("vision")}
 
     def _model(w):
         return _MODELS[int(w.m)]
 
     def _candidate(w):
         model = _model(w)
-        return {"model": model["name"], "llm": _eval_llm(model.get("llm")), "vision": model.get("vision")}
+        return {"model": model["name"], "llm": llm_with(model.get("llm")), "vision": model.get("vision")}
 
     def _ev(stage, table):
         return run_path("evaluate", stage, table, "{m}")
@@ -58,6 +50,8 @@ if EV.get("enabled", False):
                 "with_captions": _model(w).get("with_captions", EV.get("with_captions", False)),
                 "seed": EV.get("seed", 42), "limit": EV.get("limit", 0), "max_tokens": EV.get("max_tokens", 0),
             }),
+        resources:
+            gpu=lambda w: gpus(_candidate(w)["llm"]),
         log:
             log_path("evaluate", "generate_answers", "{m}"),
         benchmark:
@@ -97,6 +91,8 @@ if EV.get("enabled", False):
             io=stage_io,
             version=stage_version("judge_citations"),
             settings=settings(_JUDGE_SETTINGS),
+        resources:
+            gpu=gpus(_JUDGE_SETTINGS["llm"]),
         log:
             log_path("evaluate", "judge_citations", "{m}"),
         benchmark:
@@ -116,6 +112,8 @@ if EV.get("enabled", False):
             io=stage_io,
             version=stage_version("judge_answers"),
             settings=settings({k: v for k, v in _JUDGE_SETTINGS.items() if k != "vision"}),
+        resources:
+            gpu=gpus(_JUDGE_SETTINGS["llm"]),
         log:
             log_path("evaluate", "judge_answers", "{m}"),
         benchmark:
@@ -156,6 +154,8 @@ if EV.get("enabled", False):
             io=stage_io,
             version=stage_version("probe_source_identification"),
             settings=lambda w: settings(_candidate(w)),
+        resources:
+            gpu=lambda w: gpus(_candidate(w)["llm"]),
         log:
             log_path("evaluate", "probe_source_identification", "{m}"),
         benchmark:

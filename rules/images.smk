@@ -47,6 +47,8 @@ if IMAGES.get("enabled", False) and config.get("mavis", {}).get("enabled", False
                 "store": IMAGES.get("store", "data/cache/images"), "text_key": "owner_id",
                 "text_id_column": "id", "text_column": "question", **IMAGES.get("filter", {}),
             }),
+        resources:
+            gpu=int(IMAGES.get("filter", {}).get("device") == "cuda"),
         log:
             log_path("mavis", "filter_images", "{shard}"),
         benchmark:

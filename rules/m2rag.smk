@@ -6,11 +6,7 @@ M2RAG = config.get("m2rag", {})
 
 
 def m2rag_llm(step):
-    """The config `llm:` section with the m2rag step's `llm:` overrides merged in (one level deep)."""
-    merged = {k: dict(v) if isinstance(v, dict) else v for k, v in config.get("llm", {}).items()}
-    for key, value in M2RAG.get(step, {}).get("llm", {}).items():
-        merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
-    return merged
+    return llm_with(M2RAG.get(step, {}).get("llm"))
 
 
 if M2RAG.get("enabled", False):
@@ -48,6 +44,8 @@ if M2RAG.get("enabled", False):
             io=stage_io,
             version=stage_version("filter_queries"),
             settings=settings({"apply": M2RAG["filter"]["apply"], "llm": m2rag_llm("filter")}),
+        resources:
+            gpu=gpus(m2rag_llm("filter")),
         log:
             log_path("m2rag", "filter_queries", "{shard}"),
         benchmark:
@@ -68,6 +66,8 @@ if M2RAG.get("enabled", False):
             io=stage_io,
             version=stage_version("classify_queries"),
             settings=settings({"categories": M2RAG["categories"], "llm": m2rag_llm("classify")}),
+        resources:
+            gpu=gpus(m2rag_llm("classify")),
         log:
             log_path("m2rag", "classify_queries", "{shard}"),
         benchmark:

@@ -6,12 +6,8 @@ _CROPS = MC.get("parse", {}).get("image_store", "data/cache/images")  # where pa
 
 
 def _llm(section):
-    """The global llm: section with a stage's `llm` overrides merged in (nested mappings one level);
-    images resolve in the crop store unless the llm section names another."""
-    merged = {"image_store": _CROPS, **config.get("llm", {})}
-    for key, value in section.get("llm", {}).items():
-        merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
-    return merged
+    """Images resolve in the crop store unless the llm section names another."""
+    return llm_with(section.get("llm"), image_store=_CROPS)
 
 
 def _stage_settings(section, with_llm=False):
@@ -35,6 +31,8 @@ if MC.get("enabled", False):
             io=stage_io,
             version=stage_version("extract_explanation_qa"),
             settings=settings(_stage_settings("explanation_qa", with_llm=True)),
+        resources:
+            gpu=gpus(_llm(MC.get("explanation_qa", {}))),
         log:
             log_path("mcitebench", "extract_explanation_qa"),
         benchmark:
@@ -54,6 +52,8 @@ if MC.get("enabled", False):
             io=stage_io,
             version=stage_version("generate_locating_qa"),
             settings=settings(_stage_settings("locating_qa", with_llm=True)),
+        resources:
+            gpu=gpus(_llm(MC.get("locating_qa", {}))),
         log:
             log_path("mcitebench", "generate_locating_qa"),
         benchmark:
@@ -116,6 +116,8 @@ if MC.get("enabled", False):
             io=stage_io,
             version=stage_version("quality_control"),
             settings=settings(_stage_settings("quality_control", with_llm=True)),
+        resources:
+            gpu=gpus(_llm(MC.get("quality_control", {}))),
         log:
             log_path("mcitebench", "quality_control"),
         benchmark:
