@@ -34,3 +34,13 @@ def test_top_level_typo_and_wrong_type(demo):
         validate_config(bad)
     assert "unknown config key 'shard'" in str(err.value)
     assert "config key 'shards': 'two' is not of type 'integer'" in str(err.value)
+
+
+def test_real_recipe_layers_over_the_demo(demo):
+    """config/recipe_real.yaml is merged over the demo exactly as Snakemake merges --configfile."""
+    from snakemake.utils import update_config
+
+    recipe = yaml.safe_load((REPO / "config" / "recipe_real.yaml").read_text())
+    update_config(demo, recipe)
+    validate_config(demo)
+    assert demo["llm"]["backend"] == "openai" and demo["llm"]["llamacpp"]  # nested keys merged, not replaced
