@@ -2,7 +2,7 @@
 §5.1 "Implement Details"; Table 14 for the caption option).
 
 For each record of the release's `mcitebench.jsonl` (the released record format, see
-/work/shared/reference): the evidence and distractor items (5 in the benchmark) are shuffled with a
+tests/data/mcitebench_data_example.jsonl holds three real ones): the evidence and distractor items (5 in the benchmark) are shuffled with a
 seed per question (`<seed>:<question_id>`, so the gold item's position is not the same in every
 question); text items are shown as "[k] text" with their `idx_2_text` number; figures and tables
 are sent as images labelled "Figure N" / "Table N" from `image_2_idx` / `table_2_idx`. With

@@ -1,5 +1,5 @@
 """Fixtures for the evaluate family's tests: a release folder made from MCiteBench's real released
-records (/work/shared/reference, copied into the test's temp dir) and hand-made rows of the
+records (tests/data/, copied into the test's temp dir) and hand-made rows of the
 evaluate tables."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from PIL import Image
 
 from stages.core.ids import content_id
 
-REFERENCE = Path("/work/shared/reference/mcitebench_data_example.jsonl")
+REFERENCE = Path(__file__).parent / "data" / "mcitebench_data_example.jsonl"  # three records of MCiteBench's released data
 REPO = Path(__file__).resolve().parents[1]
 
 
