@@ -112,6 +112,15 @@ def test_yes_no_probability_from_next_token_logits(tmp_path, prompts):
         assert 0.0 < answer.p_yes < 1.0
 
 
+def test_yes_no_without_a_single_yes_or_no_token_is_not_ok(tmp_path, prompts):
+    stats = collections.Counter()
+    with make_client(tmp_path, prompts, stats, cache={"mode": "off"}) as client:
+        client.backend.answer_tokens = {"yes": [], "no": []}  # a vocabulary where neither word is one token
+        (answer,) = client.run([LLMRequest("q", "yn", {"question": "Is water wet?"})])
+    assert not answer.ok and answer.error == "backend: no yes/no token" and answer.p_yes is None
+    assert stats["llm_calls"] == 1 and stats["llm_failed"] == 1
+
+
 def test_images_missing_from_the_store_fail_without_a_call(tmp_path, prompts):
     stats = collections.Counter()
     with make_client(tmp_path, prompts, stats) as client:

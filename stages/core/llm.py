@@ -364,6 +364,8 @@ class LlamaCppBackend:
         logprobs = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
         pairs = [(word, float(logprobs[t])) for word, ids in self.answer_tokens.items() for t in ids]
         p_yes = yes_probability(pairs)
+        if p_yes is None:  # the vocabulary has neither word as a single token
+            return Result("", error="backend: no yes/no token", prompt_tokens=len(tokens))
         return Result("yes" if p_yes >= 0.5 else "no", p_yes, len(tokens), 1)
 
     def close(self) -> None:
