@@ -103,14 +103,15 @@ def run(ctx) -> None:
         ref_id = content_id("imgref", owner, url)
         where = f"owner={owner} position={position} url={url}"
         result = results.get(url) if isinstance(url, str) else None
+        if ref_id in seen:  # whatever became of the first listing, kept or rejected
+            ctx.reject(ref_id, "duplicate_url", f"{where}: already listed earlier by this owner")
+            continue
+        seen.add(ref_id)
         if result is None:
             ctx.reject(ref_id, "bad_url", f"{where}: not an http(s) url")
-        elif ref_id in seen:
-            ctx.reject(ref_id, "duplicate_url", f"{where}: already listed earlier by this owner")
         elif isinstance(result, tuple):
             ctx.reject(ref_id, result[0], f"{where}: {result[1]}")
         else:
-            seen.add(ref_id)
             writer.write({"ref_id": ref_id, "owner_id": owner, "query_id": query, "position": position, "url": url, **result})
     ctx.stats["images_stored"] = len({r["sha256"] for r in results.values() if isinstance(r, dict)})
     ctx.stats["images_converted"] = sum(1 for r in results.values() if isinstance(r, dict) and r["format"] != r["source_format"])

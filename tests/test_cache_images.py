@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import io
 import json
-import resource
+import os
 import struct
 import subprocess
 import sys
@@ -17,7 +17,6 @@ from PIL import Image
 from pytest_httpserver import HTTPServer
 from werkzeug import Response
 
-from stages.cache_images import STAGE
 from stages.core.images import ImageRejected, ImageStore, normalize_image
 
 LOCAL_FETCH = {"allow_networks": ["127.0.0.1/32"], "timeout_s": 3.0, "attempts": 3, "backoff_s": 0.05}
@@ -93,12 +92,18 @@ EXPECTED_REJECTS = {
 }
 
 
-def run_stage(tmp: Path, items_path: Path, store: Path, fetch: dict, record_warc: str = "") -> tuple[list[dict], list[dict], dict]:
+def run_stage(tmp: Path, items_path: Path, store: Path, fetch: dict, record_warc: str = "") -> tuple[list[dict], list[dict], dict, float]:
+    """The stage CLI in its own process: (rows, rejects, report, that process's peak RSS in MB)."""
     out = tmp / "images.parquet"
     params = {"store": str(store), "fetch": fetch, "record_warc": record_warc, "workers": 4}
-    STAGE.main(["--input", f"owners={items_path}", "--output", f"images={out}", "--params", json.dumps(params)])
+    argv = [sys.executable, "-m", "stages.cache_images", "--input", f"owners={items_path}", "--output", f"images={out}", "--params", json.dumps(params)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not the peak of every child so far
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, output.decode(errors="replace")[-3000:]
     rejects = pq.read_table(f"{out}.rejects.parquet").to_pylist()
-    return pq.read_table(out).to_pylist(), rejects, json.loads(Path(f"{out}.report.json").read_text())
+    return pq.read_table(out).to_pylist(), rejects, json.loads(Path(f"{out}.report.json").read_text()), usage.ru_maxrss / 1024
 
 
 def store_files(root: Path) -> dict[str, bytes]:
@@ -108,10 +113,8 @@ def store_files(root: Path) -> dict[str, bytes]:
 def test_each_format_and_each_failure(tmp_path, httpserver: HTTPServer):
     serve(httpserver)
     fetch = {**LOCAL_FETCH, "max_bytes": 200_000}
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    rows, rejects, report = run_stage(tmp_path, items(tmp_path / "items.parquet", httpserver), tmp_path / "store", fetch)
-    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
-    assert grown_mb < 500, f"the pixel bomb was decoded? rss grew {grown_mb:.0f} MB"
+    rows, rejects, report, peak_mb = run_stage(tmp_path, items(tmp_path / "items.parquet", httpserver), tmp_path / "store", fetch)
+    assert peak_mb < 500, f"the pixel bomb was decoded? the stage peaked at {peak_mb:.0f} MB"  # decoding it needs 7.5 GB
 
     assert report["rows_in"] == 20 == len(rows) + len(rejects)  # the count invariant, pair by pair
     by_path = {r["url"].split(httpserver.url_for(""), 1)[-1]: r for r in rows}
@@ -139,6 +142,24 @@ def test_each_format_and_each_failure(tmp_path, httpserver: HTTPServer):
         assert reasons.get(path) == reason, (path, reasons.get(path))
     assert sorted(r["reason"] for r in rejects if r["reason"] in ("bad_url", "duplicate_url")) == ["bad_url", "bad_url", "duplicate_url"]
     assert report["stats"]["fetch_retries"] == 1
+
+
+def test_a_url_listed_twice_is_one_reject_for_its_fate_and_one_duplicate(tmp_path, httpserver: HTTPServer):
+    serve(httpserver)
+    u = httpserver.url_for
+    rows_in = [
+        {"id": "reddit:q1", "image_urls": [u("/gone.jpg"), u("/gone.jpg"), u("/a.jpg"), u("/a.jpg"), "", ""]},
+        {"id": "reddit:q2", "image_urls": [u("/gone.jpg")]},  # another owner: not a duplicate
+    ]
+    pq.write_table(pa.Table.from_pylist(rows_in), tmp_path / "items.parquet")
+    rows, rejects, report, _ = run_stage(tmp_path, tmp_path / "items.parquet", tmp_path / "store", LOCAL_FETCH)
+    assert report["rows_in"] == 7 == len(rows) + len(rejects)
+    assert [(r["owner_id"], r["position"]) for r in rows] == [("reddit:q1", 2)]
+    fates = sorted((r["detail"].split(" ", 1)[0], r["detail"].split("position=", 1)[1].split(" ", 1)[0], r["reason"]) for r in rejects)
+    assert fates == [
+        ("owner=reddit:q1", "0", "http_404"), ("owner=reddit:q1", "1", "duplicate_url"), ("owner=reddit:q1", "3", "duplicate_url"),
+        ("owner=reddit:q1", "4", "bad_url"), ("owner=reddit:q1", "5", "duplicate_url"), ("owner=reddit:q2", "0", "http_404"),
+    ]
 
 
 def test_record_then_replay_rebuilds_an_identical_store(tmp_path):
