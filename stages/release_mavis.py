@@ -21,13 +21,13 @@ VERSION = "1"
 
 
 def card(name: str, version: str, tables: dict[str, pa.Table]) -> str:
-    con = duckdb.connect()
-    for table_name, table in tables.items():
-        con.register(table_name, table)
-    by_domain = con.execute("select domain, count(*) from questions group by 1 order by 2 desc, 1").fetchall()
-    images = con.execute("select coalesce(sum(len(image_urls)), 0), count(*) filter (where len(image_urls) > 1) from questions").fetchone()
-    rejects = con.execute("select stage, reason, rows from reject_counts order by stage, rows desc, reason").fetchall()
-    total = con.execute("select count(*) from questions").fetchone()[0]
+    with duckdb.connect() as con:
+        for table_name, table in tables.items():
+            con.register(table_name, table)
+        by_domain = con.execute("select domain, count(*) from questions group by 1 order by 2 desc, 1").fetchall()
+        images = con.execute("select coalesce(sum(len(image_urls)), 0), count(*) filter (where len(image_urls) > 1) from questions").fetchone()
+        rejects = con.execute("select stage, reason, rows from reject_counts order by stage, rows desc, reason").fetchall()
+        total = con.execute("select count(*) from questions").fetchone()[0]
     return "\n\n".join(
         [
             f"# {name} {version}",
@@ -53,13 +53,6 @@ def run(ctx):
     rejects = read_tables(ctx.input_paths("rejects")) if ctx.has_input("rejects") else None
     tables = {"questions": questions, "reject_counts": reject_counts(rejects)}
     publish_release(ctx, tables, lambda name, version: card(name, version, tables))
-    ctx.stats["released_questions"] = questions.num_rows
-
-
-def _all_questions_released(ctx):
-    if ctx.stats["released_questions"] != ctx.rows_in:
-        return f"{ctx.rows_in} questions in, {ctx.stats['released_questions']} released"
-    return None
 
 
 STAGE = Stage(
@@ -76,7 +69,6 @@ STAGE = Stage(
         "releases_dir": Param(str, "data/releases", "where releases land"),
     },
     run=run,
-    invariant=_all_questions_released,
 )
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ def test_catalog_views_answer_from_another_folder(tmp_path):
     (run / "mavis" / "harvest_pushshift" / "comments.00000.parquet.report.json").write_text(json.dumps(
         {"stage": "harvest_pushshift", "rows_in": 9, "rows_out": {"comments": 5}, "rejected": 4, "rejected_by_reason": {"x": 4}, "seconds": 1.0}))
     catalog = run / "catalog.duckdb"
-    run_stage("build_catalog", *[f"--input=tables={p}" for p in paths], f"--output=catalog={catalog}")
+    stray = tmp_path / "stray.csv"
+    stray.write_text("not a stage output")
+    run_stage("build_catalog", *[f"--input=tables={p}" for p in paths], f"--input=tables={stray}", f"--output=catalog={catalog}")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     query = (
@@ -33,4 +35,5 @@ def test_catalog_views_answer_from_another_folder(tmp_path):
                          env={**os.environ, "PYTHONPATH": ""}).stdout.splitlines()
     assert out == ["(5, 10)", "('harvest_pushshift', 9, 4)"]
     report = json.loads((run / "catalog.duckdb.report.json").read_text())
-    assert report["rows_in"] == 2 and report["stats"]["views"] == 1
+    assert report["rows_in"] == 3 and report["rows_out"] == {"catalog": 2} and report["rejected_by_reason"] == {"not_in_run_layout": 1}
+    assert report["stats"]["views"] == 1

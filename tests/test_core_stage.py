@@ -165,3 +165,19 @@ def test_stage_error_is_raised_for_file_outputs(tmp_path, schema_dir):
         from stages.core.stage import Context
 
         Context(stage, {}, {"file": [str(tmp_path / "x.json")]}, {}).execute()
+
+
+def test_release_is_not_published_when_counts_do_not_add_up(tmp_path):
+    import pyarrow as pa
+
+    from stages.core.release import publish_release
+
+    def run(ctx):
+        ctx.add_input(3)
+        publish_release(ctx, {"questions": pa.table({"id": ["a", "b"]})}, lambda name, version: "# card")
+
+    stage = Stage("rel", "1", None, {}, {"manifest": Output(None, "manifest")},
+                  {"name": Param(str, "r"), "releases_dir": Param(str, str(tmp_path / "releases"))}, run=run)
+    with pytest.raises(SystemExit, match="rows in 3 != rows out 2 \\+ rejected 0"):
+        stage.main(["--output", f"manifest={tmp_path / 'release.json'}"])
+    assert not (tmp_path / "releases").exists() and not (tmp_path / "release.json").exists()

@@ -78,9 +78,13 @@ def write_release(
         (tmp / "README.md").write_text(card)
         if extra is not None:
             extra(tmp)
-        if final.exists():  # same version = same content; replace so the folder is never mixed
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        if final.exists():  # same version = same content: swap the folder whole, never mix the two
+            old = final.with_name(f".{version}.old-{os.getpid()}")
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -101,9 +105,9 @@ def reject_counts(rejects: pa.Table | None) -> pa.Table:
     """(stage, reason, rows) over the family's rejects sidecars: what was dropped and why."""
     if rejects is None or rejects.num_rows == 0:
         return pa.table({"stage": pa.array([], pa.string()), "reason": pa.array([], pa.string()), "rows": pa.array([], pa.int64())})
-    con = duckdb.connect()
-    con.register("rejects", rejects)
-    return con.execute("select stage, reason, count(*)::bigint as rows from rejects group by 1, 2 order by 1, 2").to_arrow_table()
+    with duckdb.connect() as con:
+        con.register("rejects", rejects)
+        return con.execute("select stage, reason, count(*)::bigint as rows from rejects group by 1, 2 order by 1, 2").to_arrow_table()
 
 
 def publish_release(
@@ -112,9 +116,13 @@ def publish_release(
     make_card: Callable[[str, str], str],
     extra: Callable[[Path], None] | None = None,
 ) -> Path:
-    """What every release stage ends with: version the release by its stage's input files and
-    params (not `releases_dir`, which says where, not what), write it, and write the manifest
-    output. `make_card(name, version)` returns the dataset card."""
+    """What every release stage ends with: count the release's unit (the first table: one row per
+    question or query) as the manifest's rows and check the count invariant before anything is
+    published; version the release by its stage's input files and params (not `releases_dir`,
+    which says where, not what); write it and the manifest. `make_card(name, version)` returns the
+    dataset card."""
+    ctx.count_output("manifest", next(iter(tables.values())).num_rows)
+    ctx.check_invariant()
     inputs = [path for name in ctx.stage.inputs for path in ctx.input_paths(name)]
     params = {k: v for k, v in ctx.params.items() if k != "releases_dir"} | {"stage_version": ctx.stage.version}
     name = ctx.params["name"]

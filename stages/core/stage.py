@@ -45,7 +45,6 @@ from .tables import REJECTS_SCHEMA, TableWriter, atomic_write_bytes, read_tables
 log = logging.getLogger("citeforge")
 
 REQUIRED = object()
-_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "dict": dict}
 
 
 @dataclass(frozen=True)
@@ -192,6 +191,7 @@ class Context:
         self._rejects: TableWriter | None = None  # streamed: a harvest may reject millions of rows
         self.rejected_by_reason: collections.Counter[str] = collections.Counter()
         self.rows_in = 0
+        self._file_rows: collections.Counter[str] = collections.Counter()  # rows a file output holds
         self.stats: collections.Counter[str] = collections.Counter()  # extra figures for the report
         self._check_names()
 
@@ -263,8 +263,20 @@ class Context:
     def rejected(self) -> int:
         return sum(self.rejected_by_reason.values())
 
+    def count_output(self, name: str, rows: int) -> None:
+        """Rows a non-table output holds (a release, a catalog), so the count invariant covers it."""
+        self._file_rows[name] += rows
+
     def rows_out(self, name: str) -> int:
-        return sum(w.rows_written + len(w._pending) for (n, _), w in self._writers.items() if n == name)
+        written = sum(w.rows_written + len(w._pending) for (n, _), w in self._writers.items() if n == name)
+        return written + self._file_rows[name]
+
+    def check_invariant(self) -> None:
+        """Raise now if the counts do not add up: for stages that publish outside the runner's
+        atomic commit (a release folder) and must check before they do."""
+        problem = self._invariant_problem()
+        if problem:
+            raise StageError(f"count invariant broken: {problem}")
 
     # running ------------------------------------------------------------------------------
     @property
@@ -280,9 +292,7 @@ class Context:
                 if spec.table is not None:
                     for index in range(len(self._outputs[name])):
                         self.writer(name, index)
-            problem = self._invariant_problem()
-            if problem:
-                raise StageError(f"count invariant broken: {problem}")
+            self.check_invariant()
             if self._rejects is None:  # an empty sidecar still documents "nothing rejected"
                 self._rejects = TableWriter(f"{self.sidecar_base}.rejects.parquet", REJECTS_SCHEMA, "rejects")
             for writer in [*self._writers.values(), self._rejects]:
@@ -303,7 +313,7 @@ class Context:
             "version": self.stage.version,
             "params": self.params,
             "rows_in": self.rows_in,
-            "rows_out": {name: self.rows_out(name) for name, spec in self.stage.outputs.items() if spec.table},
+            "rows_out": {name: self.rows_out(name) for name, spec in self.stage.outputs.items() if spec.table or self._file_rows[name]},
             "rejected": self.rejected,
             "rejected_by_reason": dict(sorted(self.rejected_by_reason.items())),
             "stats": dict(sorted(self.stats.items())),
@@ -315,7 +325,7 @@ class Context:
     def _invariant_problem(self) -> str | None:
         if self.stage.invariant is not None:
             return self.stage.invariant(self)
-        out = sum(self.rows_out(n) for n, spec in self.stage.outputs.items() if spec.table and spec.counted)
+        out = sum(self.rows_out(n) for n, spec in self.stage.outputs.items() if spec.counted)
         if self.rows_in != out + self.rejected:
             return f"rows in {self.rows_in} != rows out {out} + rejected {self.rejected}"
         return None
