@@ -7,8 +7,8 @@ dataset id; offline (the demo) `path` is a builder such as `json` and the files 
 e.g. `answers.text`) onto the `m2rag_queries` columns id, question, body, subreddit, answers.
 
 Output: `queries` (m2rag_queries), one shard per `--output queries=...` path, by a stable hash of
-the id. Rejects: `empty_question` (no question text), `duplicate_id` (an id seen before; the first
-row wins). Invariant: rows read (after `limit`) = rows written + rejected.
+the id. Rejects: `missing_id` (no id; the reject names the row number), `empty_question` (no
+question text), `duplicate_id` (an id seen before; the first row wins). Invariant: rows read (after `limit`) = rows written + rejected.
 
 Params: path, name, split, revision, fields, id_prefix, limit, cache_dir.
 """
@@ -70,9 +70,13 @@ def run(ctx):
     source = f"{ctx.params['path']}:{ctx.params['split']}"
     shards = len(ctx.output_paths("queries"))
     seen: set[str] = set()
-    for row in tqdm(dataset, desc="queries", unit="row"):
+    for number, row in enumerate(tqdm(dataset, desc="queries", unit="row")):
         ctx.add_input()
-        query_id = f"{ctx.params['id_prefix']}:{lookup(row, fields['id'])}"
+        raw_id = lookup(row, fields["id"])
+        if raw_id is None or not str(raw_id).strip():
+            ctx.reject(f"{ctx.params['id_prefix']}:#{number}", "missing_id", f"field {fields['id']!r} is empty in row {number}")
+            continue
+        query_id = f"{ctx.params['id_prefix']}:{raw_id}"
         question = (lookup(row, fields["question"]) or "").strip()
         if not question:
             ctx.reject(query_id, "empty_question", f"field {fields['question']!r} is empty")

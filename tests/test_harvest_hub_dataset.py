@@ -37,6 +37,17 @@ def test_maps_fields_shards_and_rejects(tmp_path):
     assert report["rows_in"] == sum(report["rows_out"].values()) + report["rejected"]
 
 
+def test_rows_without_an_id_are_rejected_not_merged(tmp_path):
+    rows = [eli5_row(None, "Why is ice slippery?"), eli5_row("", "Why do cats purr?"), eli5_row(None, "Why is the sky blue?"),
+            eli5_row("d4", "How do bees fly?")]
+    _, outs = harvest(tmp_path, rows)
+    assert [r["id"] for out in outs for r in pq.read_table(out).to_pylist()] == ["eli5:d4"]
+    rejects = pq.read_table(outs[0].with_name(outs[0].name + ".rejects.parquet")).to_pylist()
+    assert [(r["id"], r["reason"]) for r in rejects] == [("eli5:#0", "missing_id"), ("eli5:#1", "missing_id"), ("eli5:#2", "missing_id")]
+    report = json.loads(outs[0].with_name(outs[0].name + ".report.json").read_text())
+    assert report["rows_in"] == 4 == sum(report["rows_out"].values()) + report["rejected"]
+
+
 def test_limit_reads_only_the_first_rows(tmp_path):
     _, outs = harvest(tmp_path, [eli5_row(f"q{i}", f"Question {i}?") for i in range(5)], {"limit": 2})
     assert sum(pq.read_table(o).num_rows for o in outs) == 2
