@@ -2,8 +2,8 @@
 §5.1 "Implement Details"; Table 14 for the caption option).
 
 For each record of the release's `mcitebench.jsonl` (the released record format, see
-tests/data/mcitebench_data_example.jsonl holds three real ones): the evidence and distractor items (5 in the benchmark) are shuffled with a
-seed per question (`<seed>:<question_id>`, so the gold item's position is not the same in every
+tests/data/mcitebench_data_example.jsonl holds three real ones): the evidence and distractor items (5 in the benchmark) are shuffled by a
+generator seeded per question (`stages.core.ids.seeded_rng(seed, question_id)`, so the gold item's position is not the same in every
 question); text items are shown as "[k] text" with their `idx_2_text` number; figures and tables
 are sent as images labelled "Figure N" / "Table N" from `image_2_idx` / `table_2_idx`. With
 `with_captions` their captions follow them (Table 14). A model that cannot see images (`vision`
@@ -28,18 +28,17 @@ Params: model, llm, vision, with_captions, seed, limit, max_tokens.
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from stages.core.ids import content_id
+from stages.core.ids import content_id, seeded_rng
 from stages.core.images import ImageStore
 from stages.core.llm import LlamaCppBackend, LLMClient, LLMRequest, OpenAIBackend, VLLMBackend, resolve_settings
 from stages.core.refs import figure_table_refs
 from stages.core.stage import Input, Output, Param, Stage, StageError
 
-VERSION = "1"
+VERSION = "2"  # 2: items shuffled by core seeded_rng
 PROMPT = "mcitebench_answer"
 REQUIRED = ("question_id", "pdf_id", "question_type", "question", "answer", "evidence_keys", "evidence_contents",
             "text_2_idx", "image_2_idx", "table_2_idx", "distractor_contents")
@@ -121,7 +120,7 @@ def task_items(record: dict, folder: Path, seed: int, captions: dict[str, str], 
     labels = [i["label"] for i in items]
     if len(set(labels)) != len(labels):
         raise BadRecord("bad_record", f"two items share a label: {labels}")
-    random.Random(f"{seed}:{record['question_id']}").shuffle(items)
+    seeded_rng(seed, record["question_id"]).shuffle(items)
     return items
 
 
@@ -156,59 +155,59 @@ def run(ctx):
     params = ctx.params
     path = release_file(ctx.input_path("release"))
     folder = path.parent
-    client = LLMClient.from_params(params["llm"], stats=ctx.stats)
-    store = ImageStore(client.settings["image_store"])
-    captions = release_captions(folder)
-    vision = sees_images(params)
-    rows, requests = [], []
-    with path.open() as fh:
-        lines = [line for line in fh if line.strip()]
-    ctx.stats["records_in_release"] = len(lines)
-    if params["limit"]:
-        lines = lines[: params["limit"]]
-    for n, line in enumerate(lines):
-        ctx.add_input()
-        try:
-            record = json.loads(line)
-            if not isinstance(record, dict):
-                raise BadRecord("bad_record", "not a JSON object")
-            items = task_items(record, folder, params["seed"], captions, store)
-        except json.JSONDecodeError as err:
-            ctx.reject(f"line:{n + 1}", "bad_record", f"{path}:{n + 1}: not JSON: {err}")
-            continue
-        except BadRecord as err:
-            ctx.reject(str(record.get("question_id", f"line:{n + 1}")), err.reason, f"{path}:{n + 1}: {err}")
-            continue
-        views, images = shown(items, vision, params["with_captions"])
-        row = {
-            "id": content_id("resp", params["model"], record["question_id"]),
-            "model": params["model"],
-            "question_id": record["question_id"],
-            "pdf_id": record["pdf_id"],
-            "question_type": record["question_type"],
-            "question": record["question"],
-            "answer": record["answer"],
-            "meta_json": json.dumps(record.get("meta_data") or {}, ensure_ascii=False, sort_keys=True),
-            "modality": evidence_modality(items),
-            "source": "single" if len(record["evidence_contents"]) == 1 else "multi",
-            "gold": [i["label"] for i in items if i["is_evidence"]],
-            "items": items,
-            "with_captions": params["with_captions"],
-            "vision": vision,
-            "response": None,
-        }
-        rows.append(row)
-        sampling = {"max_tokens": params["max_tokens"]} if params["max_tokens"] else None
-        requests.append(LLMRequest(id=row["id"], prompt=PROMPT, variables={"items": views, "question": record["question"]},
-                                   images=images, sampling=sampling))
-    with client:
+    with LLMClient.from_params(params["llm"], stats=ctx.stats) as client:  # its call cache is closed on any error
+        store = ImageStore(client.settings["image_store"])
+        captions = release_captions(folder)
+        vision = sees_images(params)
+        rows, requests = [], []
+        with path.open() as fh:
+            lines = [line for line in fh if line.strip()]
+        ctx.stats["records_in_release"] = len(lines)
+        if params["limit"]:
+            lines = lines[: params["limit"]]
+        for n, line in enumerate(lines):
+            ctx.add_input()
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise BadRecord("bad_record", "not a JSON object")
+                items = task_items(record, folder, params["seed"], captions, store)
+            except json.JSONDecodeError as err:
+                ctx.reject(f"line:{n + 1}", "bad_record", f"{path}:{n + 1}: not JSON: {err}")
+                continue
+            except BadRecord as err:
+                where = record.get("question_id", f"line:{n + 1}") if isinstance(record, dict) else f"line:{n + 1}"
+                ctx.reject(str(where), err.reason, f"{path}:{n + 1}: {err}")
+                continue
+            views, images = shown(items, vision, params["with_captions"])
+            row = {
+                "id": content_id("resp", params["model"], record["question_id"]),
+                "model": params["model"],
+                "question_id": record["question_id"],
+                "pdf_id": record["pdf_id"],
+                "question_type": record["question_type"],
+                "question": record["question"],
+                "answer": record["answer"],
+                "meta_json": json.dumps(record.get("meta_data") or {}, ensure_ascii=False, sort_keys=True),
+                "modality": evidence_modality(items),
+                "source": "single" if len(record["evidence_contents"]) == 1 else "multi",
+                "gold": [i["label"] for i in items if i["is_evidence"]],
+                "items": items,
+                "with_captions": params["with_captions"],
+                "vision": vision,
+                "response": None,
+            }
+            rows.append(row)
+            sampling = {"max_tokens": params["max_tokens"]} if params["max_tokens"] else None
+            requests.append(LLMRequest(id=row["id"], prompt=PROMPT, variables={"items": views, "question": record["question"]},
+                                       images=images, sampling=sampling))
         answers = client.run(requests, desc=f"answers {params['model']}")
-    for row, answer in zip(rows, answers):
-        if not answer.ok:
-            ctx.reject(row["id"], "invalid_answer", answer.detail)
-            continue
-        row["response"] = answer.value
-        ctx.write("responses", [row])
+        for row, answer in zip(rows, answers):
+            if not answer.ok:
+                ctx.reject(row["id"], "invalid_answer", answer.detail)
+                continue
+            row["response"] = answer.value
+            ctx.write("responses", [row])
 
 
 STAGE = Stage(

@@ -22,11 +22,9 @@ Params:  llm, per_paper, min_text_chars, seed, attach_images, max_content_chars
 from __future__ import annotations
 
 import collections
-import hashlib
-import random
 import re
 
-from stages.core.ids import content_id
+from stages.core.ids import content_id, seeded_rng
 from stages.core.llm import LLMClient, LLMRequest
 from stages.core.refs import parse_refs
 from stages.core.stage import Input, Output, Param, Stage
@@ -50,7 +48,7 @@ def eligible(e: dict, min_text_chars: int) -> bool:
 
 def choose(elements: list[dict], per_paper: int, seed: int, paper_id: str) -> list[dict]:
     """Up to per_paper candidates, taking text, figure and table in turn, seeded per paper."""
-    rng = random.Random(int.from_bytes(hashlib.sha256(f"{seed}\x1f{paper_id}".encode()).digest()[:8], "big"))
+    rng = seeded_rng(seed, paper_id)
     pools = {m: sorted((e for e in elements if e["modality"] == m), key=lambda e: (e["reading_order"], e["id"])) for m in EVIDENCE_MODALITIES}
     for pool in pools.values():
         rng.shuffle(pool)

@@ -20,10 +20,8 @@ Params:  info_count, min_distractors, min_text_chars, seed
 from __future__ import annotations
 
 import collections
-import hashlib
-import random
 
-from stages.core.ids import content_id
+from stages.core.ids import content_id, seeded_rng
 from stages.core.stage import Input, Output, Param, Stage, StageError
 from stages.pair_evidence import EVIDENCE_MODALITIES, label_key
 
@@ -51,7 +49,7 @@ def candidates(elements: list[dict], min_text_chars: int) -> list[dict]:
 
 def sample(question_id: str, evidence: list[dict], pool: list[dict], k: int, seed: int) -> list[dict]:
     """Up to k distractors for one question: modality-balanced over the whole input, seeded per question."""
-    rng = random.Random(int.from_bytes(hashlib.sha256(f"{seed}\x1f{question_id}".encode()).digest()[:8], "big"))
+    rng = seeded_rng(seed, question_id)
     taken_ids = {e["id"] for e in evidence}
     taken_labels = {label_key(e["label"]) for e in evidence if e["modality"] != "text"}
     taken_texts = {(e["text"] or "").strip() for e in evidence if e["modality"] == "text"}

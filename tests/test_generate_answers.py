@@ -113,3 +113,17 @@ def test_stage_cli_with_embedded_model(release, tmp_path):
     again = json.loads(Path(f"{out}.report.json").read_text())
     assert again["stats"].get("llm_calls", 0) == 0 and again["stats"]["llm_cache_hits"] == 2
     assert pq.read_table(out).to_pylist() == rows
+
+
+def test_lines_that_are_json_but_not_objects_are_rejected(release, tmp_path):
+    folder = release.parent / "v1"
+    (folder / "mcitebench.jsonl").write_text('[1, 2]\n"a string"\n{not json\n')
+    out = tmp_path / "responses.parquet"
+    params = {"model": "smol", "llm": llm_params(tmp_path)}
+    STAGE.main(["--input", f"release={release}", "--output", f"responses={out}", "--params", json.dumps(params)])
+    report = json.loads(Path(f"{out}.report.json").read_text())
+    assert report["rows_in"] == 3 and report["rows_out"]["responses"] == 0
+    assert report["rejected_by_reason"] == {"bad_record": 3}
+    rejects = pq.read_table(f"{out}.rejects.parquet").to_pylist()
+    assert [r["id"] for r in rejects] == ["line:1", "line:2", "line:3"]
+    assert "not a JSON object" in rejects[0]["detail"] and "not JSON" in rejects[2]["detail"]

@@ -1,5 +1,6 @@
 """release_mcitebench: MCiteBench JSONL round-trip, Table 1 card = DuckDB over the release, review decisions."""
 import csv
+import io
 import json
 import re
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 from PIL import Image
 
 from stages.core.images import ImageStore
+from stages.release_mcitebench import to_jpeg
 from tests.conftest import run_stage
 from tests.mcitebench_fixtures import PAPER, paper_elements, qa_row, write
 
@@ -151,3 +153,14 @@ def test_review_decisions_are_honoured(built):
         csv.writer(fh).writerow([qas[2]["id"], "q", "maybe", ""])
     _, result = release(tmp_path, store, el, "--input", f"review={sheet}", check=False)
     assert result.returncode != 0 and "decision must be keep, reject or empty" in result.stderr and qas[2]["id"] in result.stderr
+
+
+def test_transparent_crop_becomes_white_not_black():
+    crop = Image.new("RGBA", (4, 4), (0, 0, 0, 0))  # fully transparent, black under the alpha
+    crop.putpixel((0, 0), (200, 30, 30, 255))
+    buf = io.BytesIO()
+    crop.save(buf, format="PNG")
+    data, width, height = to_jpeg(buf.getvalue(), quality=95)
+    with Image.open(io.BytesIO(data)) as img:
+        assert img.format == "JPEG" and (width, height) == (4, 4)
+        assert min(img.convert("RGB").getpixel((3, 3))) > 240  # background flattened onto white

@@ -6,6 +6,7 @@ across stages and runs are exact (DESIGN.md, stage contract rule 5).
 from __future__ import annotations
 
 import hashlib
+import random
 
 
 def sha256_hex(data: bytes) -> str:
@@ -27,3 +28,13 @@ def shard_of(item_id: str, shards: int) -> int:
         return 0
     digest = hashlib.blake2b(item_id.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % shards
+
+
+def seeded_rng(seed: object, key: object) -> random.Random:
+    """A random generator for one item (a question, a paper), from the run's seed and the item's id.
+
+    Derived from sha256, not Python's hash() (salted per process), so the same item draws the same
+    numbers on every machine and in any order of the rows.
+    """
+    digest = hashlib.sha256(f"{seed}\x1f{key}".encode("utf-8")).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))

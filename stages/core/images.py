@@ -96,7 +96,7 @@ def normalize_image(data: bytes, max_pixels: int, jpeg_quality: int = 95) -> Nor
             if im.format in KEPT_FORMATS:
                 return NormalizedImage(data, KEPT_FORMATS[im.format], source, width, height)
             buffer = io.BytesIO()
-            _flatten(im).save(buffer, "JPEG", quality=jpeg_quality)
+            flatten_to_rgb(im).save(buffer, "JPEG", quality=jpeg_quality)
             return NormalizedImage(buffer.getvalue(), "jpeg", source, width, height)
     except Image.DecompressionBombError as err:  # Pillow's own limit, should ours be higher
         raise ImageRejected("pixel_bomb", str(err)) from None
@@ -106,7 +106,8 @@ def normalize_image(data: bytes, max_pixels: int, jpeg_quality: int = 95) -> Nor
         raise ImageRejected("broken_image", f"{type(err).__name__}: {err}") from None
 
 
-def _flatten(im: Image.Image) -> Image.Image:
+def flatten_to_rgb(im: Image.Image) -> Image.Image:
+    """RGB for JPEG: transparency is flattened onto white (convert("RGB") alone would turn it black)."""
     if im.mode in ("RGBA", "LA", "PA") or (im.mode == "P" and "transparency" in im.info):
         rgba = im.convert("RGBA")
         canvas = Image.new("RGB", rgba.size, (255, 255, 255))
