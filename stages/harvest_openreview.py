@@ -13,8 +13,8 @@ What it does:
 - rebuilds the reply trees from `replyto` (thread root and depth of every reply) and pairs each
   reviewer note (a review or a reviewer comment) with the authors' responses under it: the author
   replies whose nearest non-author ancestor is that reviewer note;
-- fetches each PDF from `/pdf?id=<forum>` once and stores it by content hash
-  (`<pdf_store>/<sha[:2]>/<sha>.pdf`); papers carry the hash.
+- fetches each PDF from `/pdf?id=<forum>` once, streamed and cut off past `max_pdf_bytes`, and
+  stores it by content hash (`<pdf_store>/<sha[:2]>/<sha>.pdf`); papers carry the hash.
 
 HTTP: optional login (user and password from the environment variables named by params) for a
 token; 429 and 5xx retried with backoff honouring Retry-After, and a bounded request rate, both
@@ -24,13 +24,15 @@ a request missing from the cache is an error naming it). The demo replays data/s
 
 Outputs: papers (counted: submissions in = papers out + rejected), reviews, comments, threads.
 Rejects: malformed_note (no id/forum/title), withdrawn (when drop_withdrawn), pdf_unavailable
-(the note names a PDF that could not be fetched), not_a_pdf (the PDF endpoint answered other bytes).
+(the note names a PDF that could not be fetched), not_a_pdf (the PDF endpoint answered other bytes),
+pdf_too_large (the PDF passed `max_pdf_bytes`; recorded, so a replay rejects it the same way).
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+from contextlib import closing
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -61,6 +63,26 @@ class ApiError(StageError):
     """A request that did not answer 200 (after retries)."""
 
 
+class TooLarge(ApiError):
+    """A body past the byte cap; the rest of it is never read."""
+
+
+def read_capped(response: requests.Response, max_bytes: int, request: str) -> None:
+    """Stream a 200 body into `response.content`, or TooLarge as soon as it passes max_bytes."""
+    declared = response.headers.get("Content-Length", "")
+    too_large = declared.isdigit() and int(declared) > max_bytes
+    body = bytearray()
+    for chunk in () if too_large else response.iter_content(1 << 16):
+        body += chunk
+        if len(body) > max_bytes:
+            too_large = True
+            break
+    if too_large:
+        response.close()
+        raise TooLarge(f"{request}: the body passes {max_bytes} bytes")
+    response._content = bytes(body)  # what .content answers from now on (requests' own cache of the body)
+
+
 class OpenReviewClient:
     """GET requests against API v2, recorded to or replayed from a raw cache folder."""
 
@@ -76,6 +98,9 @@ class OpenReviewClient:
         self.stats = stats
         self.session = requests.Session()
 
+    def close(self) -> None:
+        self.session.close()
+
     def login(self, user: str, password: str) -> None:
         try:
             response = self._send("POST", "/login", json_body={"id": user, "password": password})
@@ -85,43 +110,53 @@ class OpenReviewClient:
             raise StageError(f"OpenReview login as {user!r} failed: HTTP {response.status_code} {response.text[:200]}")
         self.session.headers["Authorization"] = f"Bearer {response.json()['token']}"
 
-    def get(self, path: str, params: dict) -> bytes:
-        """The body of a 200 answer; ApiError otherwise. `record` also saves failures (as
-        `<name>.error.json`), so a replay reproduces them."""
+    def get(self, path: str, params: dict, max_bytes: int = 0) -> bytes:
+        """The body of a 200 answer; ApiError otherwise, TooLarge past `max_bytes` (0 = no cap).
+        `record` also saves failures (as `<name>.error.json`), so a replay reproduces them."""
         request = f"GET {path}?{urlencode(params)}"
         cached = self.raw_cache / cache_name(path, params)
         failed = cached.with_name(cached.name + ".error.json")
         if self.mode == "replay":
             if cached.exists():
                 self.stats["cache_hits"] += 1
+                if max_bytes and cached.stat().st_size > max_bytes:
+                    raise TooLarge(f"{request}: the body passes {max_bytes} bytes")
                 return cached.read_bytes()
             if failed.exists():
-                raise ApiError(f"{request}: {json.loads(failed.read_text())['error']}")
+                saved = json.loads(failed.read_text())
+                raise (TooLarge if saved.get("too_large") else ApiError)(f"{request}: {saved['error']}")
             raise StageError(f"replay: {request} is not in the raw cache (expected {cached})")
+        too_large = False
         try:
-            response = self._send("GET", path, params=params)
+            response = self._send("GET", path, params=params, max_bytes=max_bytes)
             error = None if response.status_code == 200 else f"HTTP {response.status_code} {response.text[:300]}"
         except RetriesExhausted as err:
             error = str(err)
+        except TooLarge as err:
+            error, too_large = f"the body passes {max_bytes} bytes", True
         if self.mode == "record":
             if error:
-                atomic_write_bytes(failed, json.dumps({"request": request, "error": error}).encode())
+                atomic_write_bytes(failed, json.dumps({"request": request, "error": error, "too_large": too_large}).encode())
             else:
                 atomic_write_bytes(cached, response.content)
         if error:
-            raise ApiError(f"{request}: {error}")
+            raise (TooLarge if too_large else ApiError)(f"{request}: {error}")
         return response.content
 
     def get_json(self, path: str, params: dict) -> dict:
         return json.loads(self.get(path, params))
 
-    def _send(self, method: str, path: str, params: dict | None = None, json_body: dict | None = None) -> requests.Response:
+    def _send(self, method: str, path: str, params: dict | None = None, json_body: dict | None = None,
+              max_bytes: int = 0) -> requests.Response:
         url = self.base_url + path
 
         def call() -> requests.Response:
             self.limiter.wait(url)
             self.stats["http_requests"] += 1
-            return self.session.request(method, url, params=params, json=json_body, timeout=self.timeout)
+            response = self.session.request(method, url, params=params, json=json_body, timeout=self.timeout, stream=bool(max_bytes))
+            if max_bytes and response.status_code == 200:
+                read_capped(response, max_bytes, f"{method} {path}")  # inside the retried call, where requests reads an unstreamed body
+            return response
 
         def on_retry(_attempt: int, _why: str) -> None:
             self.stats["http_retries"] += 1
@@ -247,13 +282,14 @@ def run(ctx) -> None:
         RetryPolicy(attempts=p["retry_attempts"], max_sleep=p["retry_max_sleep"]),
         p["requests_per_second"], p["timeout_s"], ctx.stats,
     )
-    user, password = os.environ.get(p["username_env"]), os.environ.get(p["password_env"])
-    if user and password and p["mode"] != "replay":
-        client.login(user, password)
-    notes = list_submissions(client, p["invitation"], p["page_size"], p["max_papers"])
-    for note in tqdm(sorted(notes, key=lambda n: (n.get("number") or 0, n.get("id") or "")), desc="papers", unit="paper"):
-        ctx.add_input()
-        harvest_note(ctx, client, note)
+    with closing(client):
+        user, password = os.environ.get(p["username_env"]), os.environ.get(p["password_env"])
+        if user and password and p["mode"] != "replay":
+            client.login(user, password)
+        notes = list_submissions(client, p["invitation"], p["page_size"], p["max_papers"])
+        for note in tqdm(sorted(notes, key=lambda n: (n.get("number") or 0, n.get("id") or "")), desc="papers", unit="paper"):
+            ctx.add_input()
+            harvest_note(ctx, client, note)
 
 
 def harvest_note(ctx, client: OpenReviewClient, note: dict) -> None:
@@ -272,7 +308,10 @@ def harvest_note(ctx, client: OpenReviewClient, note: dict) -> None:
     pdf_sha = None
     if fields.get("pdf") and p["download_pdfs"]:
         try:
-            data = client.get("/pdf", {"id": forum})
+            data = client.get("/pdf", {"id": forum}, max_bytes=p["max_pdf_bytes"])
+        except TooLarge as err:
+            ctx.reject(paper_id, "pdf_too_large", str(err))
+            return
         except ApiError as err:
             ctx.reject(paper_id, "pdf_unavailable", str(err))
             return
@@ -361,6 +400,7 @@ STAGE = Stage(
         "page_size": Param(int, 200, "notes per API page (the API allows up to 1000)"),
         "max_papers": Param(int, 0, "stop after this many submissions; 0 = all"),
         "download_pdfs": Param(bool, True, "fetch each submission's PDF"),
+        "max_pdf_bytes": Param(int, 100_000_000, "largest PDF fetched, checked while streaming (a larger one is rejected pdf_too_large); 0 = no cap"),
         "drop_withdrawn": Param(bool, False, "reject withdrawn submissions instead of keeping them"),
         "requests_per_second": Param(float, 1.0, "request rate bound per host"),
         "retry_attempts": Param(int, 5, "tries per request on 429/5xx/timeouts"),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from werkzeug import Response
 
 from stages.core.ids import sha256_hex
 from tests.conftest import REPO
@@ -170,6 +171,40 @@ def test_login_token_from_environment_and_drop_withdrawn(httpserver, tmp_path):
     assert api.requests[0][0] == "/notes" and "/login" in [p for p, _ in api.requests]
     assert [p["id"] for p in rows(out, "papers")] == ["openreview:forum1"]
     assert rejects(out) == {"openreview:forum3": "withdrawn"}
+
+
+def test_pdf_past_the_byte_cap_is_rejected_while_streaming(httpserver, tmp_path):
+    """forum6 streams an endless PDF with no Content-Length: only the bytes tell, and the client
+    stops reading; forum7 declares a length over the cap and is not read at all."""
+    served = []
+
+    def endless(_request):
+        def body():
+            for i in range(1000):  # 64 MiB if it were all read
+                served.append(i)
+                yield (b"%PDF-1.4\n" if i == 0 else b"") + b"0" * 65536
+        return Response(body(), content_type="application/pdf")
+
+    httpserver.expect_request("/pdf", query_string={"id": "forum6"}).respond_with_handler(endless)
+    subs, pdfs = venue()
+    subs += [submission("forum6", 6, "Endless PDF"), submission("forum7", 7, "Big PDF")]
+    pdfs["forum7"] = PDF + b"0" * 5000
+    api = FakeOpenReview(httpserver, subs, pdfs)
+    _, out = harvest(tmp_path, api.url, max_pdf_bytes=4096)
+    too_large = {"openreview:forum6": "pdf_too_large", "openreview:forum7": "pdf_too_large"}
+    assert rejects(out) == {"openreview:forum4": "pdf_unavailable", **too_large}
+    assert report(out)["rows_in"] == 7 and len(rows(out, "papers")) == 4
+    assert len(served) < 1000  # the stream was cut, not drained
+    stored = sorted(f.read_bytes() for f in (tmp_path / "pdfs").rglob("*.pdf"))
+    assert stored == sorted([PDF, PDF + b"3", PDF + b"5"])  # only PDFs within the cap reach the store
+    # the recorded cut replays as the same reject, and a lower cap at replay applies to cached PDFs
+    replay_dir = tmp_path / "replay"
+    replay_dir.mkdir()
+    _, replayed = harvest(replay_dir, "http://127.0.0.1:9", mode="replay", max_pdf_bytes=4096, raw_cache=str(tmp_path / "raw"))
+    assert rejects(replayed) == rejects(out)
+    _, lower = harvest(replay_dir, "http://127.0.0.1:9", mode="replay", max_pdf_bytes=len(PDF), raw_cache=str(tmp_path / "raw"))
+    assert rejects(lower) == {"openreview:forum4": "pdf_unavailable", "openreview:forum3": "pdf_too_large",
+                              "openreview:forum5": "pdf_too_large", **too_large}
 
 
 @pytest.mark.parametrize("mode", ["sideways"])
