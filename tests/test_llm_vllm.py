@@ -1,13 +1,15 @@
 """The vllm backend on a GPU (extra [gpu]): one offline engine, the whole batch in one chat call,
 structured outputs by JSON schema, yes/no P(yes) from logprobs, cache hits without loading a model.
 Skipped without a CUDA GPU and vllm; scripts/run_vllm_gpu.sh runs it on a GPU machine.
-CITEFORGE_VLLM_MODEL names the model (a local folder or a Hub id in the local cache)."""
+CITEFORGE_VLLM_MODEL must name the model: a local folder, or a Hub id already in the local cache
+(resolved to its snapshot folder). Skipped otherwise: the test never downloads a model."""
 from __future__ import annotations
 
 import collections
 import importlib.util
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +20,24 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None or shutil.which("nvidia-smi") is None, reason="needs vllm and a CUDA GPU"),
 ]
-MODEL = os.environ.get("CITEFORGE_VLLM_MODEL", "HuggingFaceTB/SmolLM2-135M-Instruct")
+
+
+def local_model(name: str) -> tuple[str | None, str]:
+    """(a local model folder, "") or (None, why the test is skipped)."""
+    if not name:
+        return None, "set CITEFORGE_VLLM_MODEL to a local model folder or a Hub id already in the local cache (never downloaded)"
+    if Path(name).is_dir():
+        return name, ""
+    from huggingface_hub import try_to_load_from_cache
+
+    config = try_to_load_from_cache(name, "config.json")
+    if isinstance(config, str):
+        return str(Path(config).parent), ""
+    return None, f"CITEFORGE_VLLM_MODEL={name!r} is neither a local folder nor in the local Hub cache (never downloaded)"
+
+
+MODEL, NO_MODEL = local_model(os.environ.get("CITEFORGE_VLLM_MODEL", ""))
+pytestmark.append(pytest.mark.skipif(MODEL is None, reason=NO_MODEL))
 
 
 def test_vllm_batch_structured_yes_no_and_cache(tmp_path):
