@@ -14,8 +14,11 @@ Inputs: responses, scores, summary, probe (one file per model each); optionally 
 sentences, citation_judgements, answer_judgements, stored alongside for queries. Each responses
 file's `.report.json` sidecar (written with it) gives the generation counts.
 Outputs: report (markdown), plot (PNG), db (DuckDB file: one table per input name, plus coverage).
-Invariant: every score and probe row read is in the DuckDB file (checked before the file is moved
-into place; the stage writes no table, so the runner's row count is 0 = 0).
+Invariant: every input table's rows are in the DuckDB file: the written file is reopened and each
+table's row count must equal its Parquet files' row counts (from their footers), before the file
+is moved into place; the stage writes no table, so the runner's row count is 0 = 0. The file is
+created in the portable storage format (stages.core.release.connect_portable) so the duckdb CLI
+opens it.
 Params: title.
 """
 from __future__ import annotations
@@ -27,11 +30,12 @@ from pathlib import Path
 
 import duckdb
 import matplotlib
+import pyarrow.parquet as pq
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from stages.core.release import md_table  # noqa: E402
+from stages.core.release import connect_portable, md_table  # noqa: E402
 from stages.core.stage import Input, Output, Param, Stage, StageError  # noqa: E402
 from stages.core.tables import atomic_write_bytes  # noqa: E402
 
@@ -134,9 +138,22 @@ def plot_sem(summary: dict, models: list[str], path: str) -> None:
 
 
 def _load(con, name: str, paths: list[str]) -> int:
+    """Copy the Parquet files into table `name`; returns their row count from the Parquet footers."""
     listed = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
     con.execute(f"create table {name} as select * from read_parquet([{listed}], union_by_name = true)")
-    return con.execute(f"select count(*) from {name}").fetchone()[0]
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+
+
+def check_stored(path: str, expected: dict[str, int]) -> None:
+    """Reopen the written file and compare each table's row count with its input's."""
+    con = duckdb.connect(path, read_only=True)
+    try:
+        stored = {name: con.execute(f"select count(*) from {name}").fetchone()[0] for name in expected}
+    finally:
+        con.close()
+    wrong = {name: (n, stored[name]) for name, n in expected.items() if stored[name] != n}
+    if wrong:
+        raise StageError(f"{path}: (input rows, stored rows) differ for {wrong}")
 
 
 def run(ctx):
@@ -145,14 +162,12 @@ def run(ctx):
     fd, tmp = tempfile.mkstemp(prefix=".evaluation.", suffix=".duckdb", dir=db_path.parent)
     os.close(fd)
     os.unlink(tmp)  # duckdb creates the file itself
-    con = duckdb.connect(tmp)
+    con = connect_portable(tmp)
     try:
+        loaded = {}
         for name in ("responses", "scores", "summary", "probe", *DETAIL):
             if ctx.has_input(name):
-                ctx.stats[f"{name}_rows"] = _load(con, name, ctx.input_paths(name))
-        read = sum(ctx.read(name).num_rows for name in ("scores", "probe"))
-        if read != ctx.stats["scores_rows"] + ctx.stats["probe_rows"]:
-            raise StageError(f"{read} score and probe rows read but {ctx.stats['scores_rows'] + ctx.stats['probe_rows']} stored")
+                loaded[name] = ctx.stats[f"{name}_rows"] = _load(con, name, ctx.input_paths(name))
         con.execute("create table coverage (model varchar, questions_read bigint, responses bigint, failed_generations bigint, "
                     "failed_by_reason json, scored bigint, missing_citation_f1 bigint, missing_accuracy bigint, "
                     "failed_judge_calls bigint, vision boolean, with_captions boolean)")
@@ -179,6 +194,7 @@ def run(ctx):
         plot_sem(summary, models, ctx.output_path("plot"))
         atomic_write_bytes(ctx.output_path("report"), markdown.encode())
         con.close()
+        check_stored(tmp, loaded)
         os.replace(tmp, db_path)
     except BaseException:
         con.close()

@@ -5,8 +5,10 @@ import duckdb
 import pytest
 
 from eval_fixtures import response_row
+from stages.core.release import PORTABLE_STORAGE
+from stages.core.stage import StageError
 from stages.core.tables import write_table
-from stages.report_mcitebench import STAGE
+from stages.report_mcitebench import STAGE, check_stored
 from stages.score_mcitebench import summarize
 
 METRICS = ("citation_recall", "citation_precision", "citation_f1", "source_precision", "source_recall", "source_f1", "source_em", "accuracy")
@@ -55,6 +57,9 @@ def test_report_tables_plot_and_db(tmp_path, inputs):
     text = out["report"].read_text()
     assert out["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     con = duckdb.connect(str(out["db"]), read_only=True)
+    # written in the storage format the duckdb CLI (an older reader) opens
+    storage = con.execute("select tags['storage_version'] from duckdb_databases() where database_name = 'evaluation'").fetchone()[0]
+    assert storage.startswith(PORTABLE_STORAGE), storage
     assert con.execute("select count(*) from scores").fetchone()[0] == 4
     assert con.execute("select count(*) from probe").fetchone()[0] == 3
     coverage = con.execute("select model, questions_read, responses, failed_generations, missing_citation_f1, missing_accuracy "
@@ -84,3 +89,13 @@ def test_report_counts_judge_modes(tmp_path, inputs):
                + [a for name, path in out.items() for a in ("--output", f"{name}={path}")])
     section = out["report"].read_text().split("how items were shown")[1]
     assert "| small | 0 | 2 | 1 | 1 |" in section and "| large | 0 | 0 | 0 | 0 |" in section
+
+
+def test_stored_row_counts_are_checked_against_the_inputs(tmp_path):
+    path = tmp_path / "e.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("create table scores as select * from range(2)")
+    con.close()
+    check_stored(str(path), {"scores": 2})
+    with pytest.raises(StageError, match="scores"):
+        check_stored(str(path), {"scores": 3})
