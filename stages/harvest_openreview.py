@@ -132,7 +132,7 @@ class OpenReviewClient:
             error = None if response.status_code == 200 else f"HTTP {response.status_code} {response.text[:300]}"
         except RetriesExhausted as err:
             error = str(err)
-        except TooLarge as err:
+        except TooLarge:
             error, too_large = f"the body passes {max_bytes} bytes", True
         if self.mode == "record":
             if error:

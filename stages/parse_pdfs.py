@@ -12,7 +12,9 @@ docvortex.middle 2.0) and `images/*.jpg`. From middle_json the stage reads `page
 `pages[].blocks[]` in reading order: `type` (paragraph_title, doc_title, text, list, equation,
 image, chart, table, header, footer, page_number, ...), `bbox` (fractions of the page), `content`
 (spans of {type, content, styles}; for image/table blocks the *_body part with `image_path`, the
-crop MinerU cut, and *_caption / *_footnote parts; a table body is HTML).
+crop MinerU cut, and *_caption / *_footnote parts; a table body is HTML). Block types are an
+allow-list: page furniture (header, footer, page_number) is dropped and counted as
+`furniture_blocks`, a type the stage does not know is dropped and counted as `skipped_block_<type>`.
 
 The `flash` tier reads the PDF's text layer on CPU without model files. It gives reading order,
 headings, paragraphs, raster figures and ruled tables (HTML) with captions and crops; it does not
@@ -33,8 +35,9 @@ and marks every heading level 2. So, deterministically, on MinerU's own output:
 Input: papers (harvest_openreview). Output: elements, one row per element (fan-out).
 Invariant: papers in = papers parsed (one or more elements) + rejected.
 Rejects: no_pdf, pdf_not_in_store, corrupt_pdf (MinerU cannot open it), needs_ocr_tier (no text
-layer: the flash tier, or ocr_mode txt, extracts no text), mineru_failed (any other MinerU error),
-no_elements.
+layer: the flash tier, or ocr_mode txt, extracts no text), no_text_found (an OCR tier found no text
+either), mineru_failed (any other MinerU error: the request failed or timed out, an error answer,
+an unreadable zip or middle_json).
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ import subprocess
 import tempfile
 import time
 import zipfile
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -111,7 +115,7 @@ def wait_ready(proc: subprocess.Popen, url: str, timeout: float, log_path: Path)
         try:
             if requests.get(f"{url}/v1/health", timeout=2).status_code == 200:
                 return
-        except requests.ConnectionError:
+        except requests.RequestException:  # not listening yet, or too busy warming up to answer in time
             pass
         time.sleep(0.3)
     raise StageError(f"mineru-api did not answer /v1/health within {timeout}s: {log_path.read_text(errors='replace')[-2000:]}")
@@ -129,17 +133,27 @@ def mineru_parse(url: str, pdf: bytes, name: str, params: dict) -> tuple[dict, d
              "wait_timeout": int(params["parse_timeout_s"])}
     if params["page_range"]:
         query["page_range"] = params["page_range"]
-    response = requests.post(f"{url}/v1/file_parse", params=query, files={"files": (name, pdf, "application/pdf")},
-                             timeout=params["parse_timeout_s"] + 30)
+    try:
+        response = requests.post(f"{url}/v1/file_parse", params=query, files={"files": (name, pdf, "application/pdf")},
+                                 timeout=params["parse_timeout_s"] + 30)
+    except requests.RequestException as err:
+        raise ParseFailure("mineru_failed", f"{type(err).__name__}: {err}") from None
     if response.headers.get("content-type", "").startswith("application/zip"):
-        with zipfile.ZipFile(io.BytesIO(response.content)) as archive:
-            middle = json.loads(archive.read("middle_json.json"))
-            images = {n: archive.read(n) for n in archive.namelist() if n.startswith("images/")}
+        try:
+            with zipfile.ZipFile(io.BytesIO(response.content)) as archive:
+                middle = json.loads(archive.read("middle_json.json"))
+                images = {n: archive.read(n) for n in archive.namelist() if n.startswith("images/")}
+        except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError) as err:  # ValueError: bad JSON or encoding
+            raise ParseFailure("mineru_failed", f"unreadable zip answer: {type(err).__name__}: {err}") from None
+        if not isinstance(middle, dict):
+            raise ParseFailure("mineru_failed", f"middle_json.json is a {type(middle).__name__}, not an object")
         return middle, images
     try:
         body = response.json()
     except ValueError:
         raise ParseFailure("mineru_failed", f"HTTP {response.status_code}: {response.text[:500]}") from None
+    if not isinstance(body, dict):
+        raise ParseFailure("mineru_failed", f"HTTP {response.status_code}: {response.text[:500]}")
     errors = [f.get("error") or {} for f in body.get("files") or []] or [body.get("error") or {}]
     message = "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors)
     if body.get("status") not in ("failed", "partial"):
@@ -270,6 +284,9 @@ def build_elements(paper_id: str, middle: dict, crops: dict[str, bytes], store: 
                 continue
             if kind == "paragraph_title":
                 sections.heading_at(span_text(block["content"]), page_idx, block["bbox"][1])
+                continue
+            if kind not in TEXT_TYPES and kind != "equation" and kind not in VISUAL:
+                stats[f"skipped_block_{kind}"] += 1
                 continue
             head, block = split_run_in_heading(block)
             if head:

@@ -1,40 +1,46 @@
 """parse_pdfs with the real MinerU (mineru-api, flash tier) on the demo's generated PDFs, plus a
-scanned PDF (no text layer), a corrupt one and a paper without a PDF, through the stage's CLI.
-The pure post-processing of MinerU's middle_json is also checked on hand-written blocks."""
+scanned PDF (no text layer), a corrupt one and a paper without a PDF, through the stage's CLI
+(skipped where mineru is not installed); and, without MinerU, the stage against a 127.0.0.1 server
+posing as mineru-api (`server_url`) that answers broken zips, error bodies and no text, each of
+which rejects only its own paper. The pure post-processing of middle_json is in
+tests/test_parse_pdfs_layout.py."""
 from __future__ import annotations
 
 import collections
 import io
 import json
 import shutil
+import subprocess
+import sys
+import time
+import zipfile
 from pathlib import Path
 
 import duckdb
 import pytest
 from PIL import Image, ImageDraw
-from reportlab.lib.pagesizes import letter
-from reportlab.lib.utils import ImageReader
-from reportlab.pdfgen import canvas
+from werkzeug import Request, Response
 
 from stages.core.ids import sha256_hex
 from stages.core.images import ImageStore
 from stages.core.tables import write_table
-from stages.parse_pdfs import build_elements, caption_label
+from stages.parse_pdfs import wait_ready
 from tests.conftest import REPO, run_stage
 
-pytestmark = pytest.mark.skipif(shutil.which("mineru-api") is None, reason="mineru is not installed")
 RAW_PDFS = REPO / "data/samples/openreview/raw/pdf"
 LINED, PLAIN = "GsA7xk2Qp1", "RcR9mT4vLe"  # demo paper 1 has margin line numbers, paper 2 has none
 
 
 def scanned_pdf() -> bytes:
+    canvas = pytest.importorskip("reportlab.pdfgen.canvas")
+    ImageReader = pytest.importorskip("reportlab.lib.utils").ImageReader
     page = Image.new("RGB", (850, 1100), "white")
     draw = ImageDraw.Draw(page)
     for i in range(25):
         draw.text((80, 80 + 36 * i), f"A scanned line of text, number {i}, with no text layer under it.", fill="black")
     buf, out = io.BytesIO(), io.BytesIO()
     page.save(buf, format="PNG")
-    c = canvas.Canvas(out, pagesize=letter, invariant=1)
+    c = canvas.Canvas(out, pagesize=(612, 792), invariant=1)  # US letter
     c.drawImage(ImageReader(io.BytesIO(buf.getvalue())), 0, 0, 612, 792)
     c.showPage()
     c.save()
@@ -53,6 +59,8 @@ def paper(pid: str, pdf: bytes | None, store: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory):
+    if shutil.which("mineru-api") is None:
+        pytest.skip("mineru is not installed")
     tmp = tmp_path_factory.mktemp("parse")
     store = tmp / "pdfs"
     pdf = lambda forum: next(RAW_PDFS.glob(f"id={forum}.*.pdf")).read_bytes()  # noqa: E731
@@ -144,41 +152,93 @@ def test_crops_are_in_the_image_store(parsed):
             assert e["image_sha256"] is None
 
 
-# --- MinerU's middle_json post-processing on hand-written blocks ----------------------------------
-def block(kind: str, y: float, text: str = "", parts: list | None = None, x: tuple = (0.12, 0.88)) -> dict:
-    content = parts if parts is not None else [{"type": "text", "content": text}]
-    return {"type": kind, "bbox": [x[0], y, x[1], y + 0.02], "content": content}
+# --- without MinerU: a 127.0.0.1 server posing as mineru-api ----------------------------------
+def mineru_zip(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buf.getvalue()
 
 
-def figure(y: float, caption: str | None) -> dict:
-    parts = [{"type": "image_body", "bbox": [0.2, y, 0.8, y + 0.1], "content": ""}]
-    if caption:
-        parts.append({"type": "image_caption", "content": [{"type": "text", "content": caption}]})
-    return block("image", y, parts=parts)
+def middle(*blocks: dict) -> bytes:
+    return json.dumps({"pages": [{"page_idx": 0, "blocks": list(blocks)}]}).encode()
 
 
-def test_subfigures_fold_into_their_figure(tmp_path):
-    assert caption_label("Figure 3b: detail") == ("figure", "Figure 3")
-    assert caption_label("Fig. 3 (a) left") == ("figure", "Figure 3")
-    assert caption_label("Table A.2: extra") == ("table", "Table A.2")
-    assert caption_label("Figures are nice") == (None, None)
-    middle = {"pages": [{"page_idx": 0, "blocks": [
-        block("paragraph_title", 0.05, "4 Results"),
-        figure(0.1, "(a) left panel"), figure(0.1, "Figure 3: both panels."), figure(0.5, "Figure 4c: third panel"),
-        block("text", 0.7, "Plain text mentioning Figure 3 without being a caption."),
-    ]}]}
-    stats = collections.Counter()
-    elements = build_elements("openreview:x", middle, {}, ImageStore(tmp_path), stats)
-    assert [(e["modality"], e["label"]) for e in elements] == [("figure", "Figure 3"), ("figure", "Figure 3"), ("figure", "Figure 4"), ("text", None)]
-    assert stats["crops_missing"] == 3 and all(e["section_number"] == "4" for e in elements)
+def text_block(kind: str, text: str, y: float) -> dict:
+    return {"type": kind, "bbox": [0.12, y, 0.88, y + 0.02], "content": [{"type": "text", "content": text}]}
 
 
-def test_lettered_heading_in_the_main_body_is_not_an_appendix(tmp_path):
-    middle = {"pages": [{"page_idx": 0, "blocks": [
-        block("paragraph_title", 0.05, "A Study of Widgets"), block("text", 0.1, "Body text."),
-        block("paragraph_title", 0.2, "Appendix"), block("text", 0.25, "Extra text."),
-        block("paragraph_title", 0.3, "B More Results"), block("text", 0.35, "More text."),
-    ]}]}
-    elements = build_elements("openreview:x", middle, {}, ImageStore(tmp_path), collections.Counter())
-    assert [(e["section_number"], e["section_path"], e["is_appendix"]) for e in elements] == [
-        (None, ["A Study of Widgets"], False), (None, ["Appendix"], True), ("B", ["B More Results"], True)]
+ZIP = "application/zip"
+FAILED = {"status": "failed", "files": [{"error": {"code": "PARSE_ERROR", "message": "the backend crashed"}}]}
+ANSWERS = {  # the PDF's bytes -> (status, content type, body) of mineru-api's /v1/file_parse
+    b"%PDF good": (200, ZIP, mineru_zip({"middle_json.json": middle(text_block("paragraph_title", "1 Intro", 0.1),
+                                                                     text_block("text", "Widgets gate things.", 0.2))})),
+    b"%PDF notzip": (200, ZIP, b"<html>502 Bad Gateway from a proxy</html>"),
+    b"%PDF nomiddle": (200, ZIP, mineru_zip({"images/a.jpg": b"jpeg"})),
+    b"%PDF badjson": (200, ZIP, mineru_zip({"middle_json.json": b"{not json"})),
+    b"%PDF failed": (500, "application/json", json.dumps(FAILED).encode()),
+    b"%PDF imageonly": (200, ZIP, mineru_zip({"middle_json.json": middle(
+        {"type": "image", "bbox": [0.2, 0.1, 0.8, 0.5], "content": [{"type": "image_body", "image_path": "images/a.jpg"}]})})),
+}
+
+
+def run_against(tmp: Path, server_url: str, pdfs: list[bytes]) -> tuple[dict, dict, list[dict]]:
+    store = tmp / "pdfs"
+    papers = [paper(pdf.decode().split()[1], pdf, store) for pdf in pdfs]
+    write_table(tmp / "papers.parquet", papers, "mcitebench_papers")
+    out = tmp / "elements.parquet"
+    params = {"pdf_store": str(store), "image_store": str(tmp / "images"), "server_url": server_url, "tier": "standard", "ocr_mode": "auto"}
+    run_stage("parse_pdfs", "--input", f"papers={tmp / 'papers.parquet'}", "--output", f"elements={out}", "--params", json.dumps(params))
+    con = duckdb.connect()
+    rejects = {i: (reason, detail) for i, reason, detail in con.execute(f"select id, reason, detail from read_parquet('{out}.rejects.parquet')").fetchall()}
+    cur = con.execute(f"select paper_id, text from read_parquet('{out}')")
+    return json.loads(Path(f"{out}.report.json").read_text()), rejects, [dict(zip(("paper_id", "text"), r)) for r in cur.fetchall()]
+
+
+def test_a_broken_answer_rejects_only_its_own_paper(httpserver, tmp_path):
+    seen = []
+
+    def file_parse(request: Request) -> Response:
+        seen.append(dict(request.args))
+        status, kind, body = ANSWERS[request.files["files"].read()]
+        return Response(body, status=status, content_type=kind)
+
+    httpserver.expect_request("/v1/file_parse", method="POST").respond_with_handler(file_parse)
+    report, rejects, elements = run_against(tmp_path, httpserver.url_for("/"), list(ANSWERS))
+    assert {i: reason for i, (reason, _) in rejects.items()} == {
+        "openreview:notzip": "mineru_failed", "openreview:nomiddle": "mineru_failed", "openreview:badjson": "mineru_failed",
+        "openreview:failed": "mineru_failed", "openreview:imageonly": "no_text_found",  # an OCR tier, so not needs_ocr_tier
+    }
+    assert "BadZipFile" in rejects["openreview:notzip"][1] and "middle_json.json" in rejects["openreview:nomiddle"][1]
+    assert "JSONDecodeError" in rejects["openreview:badjson"][1] and "the backend crashed" in rejects["openreview:failed"][1]
+    assert elements == [{"paper_id": "openreview:good", "text": "Widgets gate things."}]
+    assert report["rows_in"] == 6 and report["stats"]["papers_parsed"] == 1 and report["rejected"] == 5
+    assert all(a["tier"] == "standard" and a["ocr_mode"] == "auto" and a["output_formats"] == "zip" for a in seen)
+
+
+def test_an_unreachable_server_rejects_the_papers(tmp_path):
+    report, rejects, elements = run_against(tmp_path, "http://127.0.0.1:9", [b"%PDF good"])
+    (reason, detail), = rejects.values()
+    assert reason == "mineru_failed" and "ConnectionError" in detail
+    assert elements == [] and report["rows_in"] == 1 and report["rejected"] == 1
+
+
+def test_wait_ready_rides_out_a_health_check_that_times_out(httpserver, tmp_path):
+    """A warming-up mineru-api may accept the connection and answer /v1/health late (ReadTimeout)."""
+    calls = []
+
+    def health(_request: Request) -> Response:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            time.sleep(2.5)  # past wait_ready's 2 s per-check timeout
+        return Response("{}", content_type="application/json")
+
+    httpserver.expect_request("/v1/health").respond_with_handler(health)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # stands in for the server process
+    try:
+        wait_ready(alive, httpserver.url_for("/").rstrip("/"), 20, tmp_path / "server.log")
+    finally:
+        alive.terminate()
+        alive.wait()
+    assert len(calls) >= 2
