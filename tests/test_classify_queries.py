@@ -33,7 +33,8 @@ def test_assigns_valid_categories_with_names(tmp_path):
     _, out = classify(tmp_path, filtered(tmp_path, ["How does the electoral college work?", "How do bees make honey?"]), CATEGORIES)
     rows = pq.read_table(out).to_pylist()
     report = json.loads(out.with_name(out.name + ".report.json").read_text())
-    assert report["rows_in"] == 2 == len(rows) + report["rejected"]
+    # greedy decoding is deterministic: both questions get valid categories, none is rejected
+    assert report["rows_in"] == 2 and report["rejected"] == 0 and [r["id"] for r in rows] == ["eli5:0", "eli5:1"]
     names = {c["id"]: c["name"] for c in CATEGORIES}
     for row in rows:
         cats = row["categories"]
