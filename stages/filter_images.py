@@ -26,7 +26,6 @@ device, store, score_cache, text_key, text_id_column, text_column.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import uuid
 from pathlib import Path
@@ -36,24 +35,14 @@ import pyarrow.parquet as pq
 from PIL import Image
 from tqdm import tqdm
 
+from stages.core.ids import sha256_hex
 from stages.core.images import ImageStore
+from stages.core.release import file_digest
 from stages.core.stage import Input, Output, Param, Stage, StageError
 from stages.core.tables import TableWriter
 
 VERSION = "1"
 CACHE_SCHEMA = pa.schema([("image_sha256", pa.string()), ("text_sha256", pa.string()), ("score", pa.float64())])
-
-
-def _text_sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _file_sha(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class ScoreCache:
@@ -158,15 +147,15 @@ def _clip_filter(ctx, rows: list[dict], texts: dict) -> list[dict]:
     weights = p["clip_weights"] or None
     if weights and not os.path.isfile(weights):
         raise StageError(f"param clip_weights: no such file {weights} (weights are never downloaded)")
-    model_key = f"{p['clip_model']}-{_file_sha(weights)[:16] if weights else 'random-seed0'}"
+    model_key = f"{p['clip_model']}-{file_digest(weights)[:16] if weights else 'random-seed0'}"
     cache = ScoreCache(p["score_cache"], model_key)
     store = ImageStore(p["store"])
-    keys = [(row["sha256"], _text_sha(texts[row[p["text_key"]]])) for row in rows]
+    keys = [(row["sha256"], sha256_hex(texts[row[p["text_key"]]].encode("utf-8"))) for row in rows]
     todo = sorted({k for k in keys if k not in cache.scores})
     ctx.stats["clip_cache_hits"] = sum(1 for k in keys if k in cache.scores)
     failed: dict[str, tuple[str, str]] = {}
     if todo:
-        text_of = {_text_sha(t): t for t in texts.values() if t is not None}
+        text_of = {sha256_hex(t.encode("utf-8")): t for t in texts.values() if t is not None}
         scorer = ClipScorer(p["clip_model"], weights, p["device"])
         ctx.stats["clip_device_" + scorer.device] = 1
         for start in tqdm(range(0, len(todo), p["batch_size"]), desc="clip", unit="batch"):
