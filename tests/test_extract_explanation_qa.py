@@ -11,9 +11,6 @@ from stages.core.refs import parse_refs
 from tests.conftest import run_stage
 from tests.mcitebench_fixtures import PAPER, write
 
-MODEL_OUTCOMES = {"not_qualified", "invalid_answer", "question_cites_evidence"}
-
-
 def thread(tid, question, response):
     return {"id": tid, "paper_id": PAPER, "question_note_id": f"n{tid}", "reviewer_signature": "Reviewer_x",
             "question_text": question, "response_note_ids": [f"r{tid}"], "response_text": response}
@@ -44,14 +41,12 @@ def test_references_rejects_cache_and_prompt_edit(tmp_path):
     assert rejects["t2"]["reason"] == "no_explicit_reference"
     assert rejects["t3"]["reason"] == "empty_thread"
     assert report["stats"]["llm_calls"] == 1  # only the thread that cites evidence reaches the model
-    if qa:
-        (row,) = qa
-        assert row["references"] == ["Table 2", "Section 4.2, Line 39"]
-        assert row["answer"] == THREADS[0]["response_text"] and row["source_id"] == "t1"
-        assert row["question"] and not parse_refs(row["question"])
-        assert (row["question_type"], row["options"], row["gold"]) == ("explanation", [], None)
-    else:
-        assert rejects["t1"]["reason"] in MODEL_OUTCOMES and rejects["t1"]["detail"]
+    (row,) = qa  # greedy decoding is deterministic: the embedded model qualifies the citing thread
+    assert "t1" not in rejects
+    assert row["references"] == ["Table 2", "Section 4.2, Line 39"]
+    assert row["answer"] == THREADS[0]["response_text"] and row["source_id"] == "t1"
+    assert row["question"] and not parse_refs(row["question"])
+    assert (row["question_type"], row["options"], row["gold"]) == ("explanation", [], None)
 
     again, again_rejects, report = _run(tmp_path, "again", llm)
     assert (again, again_rejects.keys()) == (qa, rejects.keys())
