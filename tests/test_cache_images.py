@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import struct
 import subprocess
 import sys
@@ -92,18 +91,29 @@ EXPECTED_REJECTS = {
 }
 
 
+# The stage runs under this wrapper, which reports the peak resident memory of the exec'd process
+# itself (VmHWM belongs to the address space exec created: unlike a child's ru_maxrss it does not
+# include the pytest parent's memory copied at fork time).
+_PEAK_WRAPPER = """
+import runpy, sys
+try:
+    runpy.run_module("stages.cache_images", run_name="__main__", alter_sys=True)
+finally:
+    peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM"))
+    print("PEAK_KB", peak.split()[1])
+"""
+
+
 def run_stage(tmp: Path, items_path: Path, store: Path, fetch: dict, record_warc: str = "") -> tuple[list[dict], list[dict], dict, float]:
     """The stage CLI in its own process: (rows, rejects, report, that process's peak RSS in MB)."""
     out = tmp / "images.parquet"
     params = {"store": str(store), "fetch": fetch, "record_warc": record_warc, "workers": 4}
-    argv = [sys.executable, "-m", "stages.cache_images", "--input", f"owners={items_path}", "--output", f"images={out}", "--params", json.dumps(params)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    output = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not the peak of every child so far
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    assert proc.returncode == 0, output.decode(errors="replace")[-3000:]
+    argv = [sys.executable, "-c", _PEAK_WRAPPER, "--input", f"owners={items_path}", "--output", f"images={out}", "--params", json.dumps(params)]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    peak_kb = int(proc.stdout.rsplit("PEAK_KB", 1)[1].split()[0])
     rejects = pq.read_table(f"{out}.rejects.parquet").to_pylist()
-    return pq.read_table(out).to_pylist(), rejects, json.loads(Path(f"{out}.report.json").read_text()), usage.ru_maxrss / 1024
+    return pq.read_table(out).to_pylist(), rejects, json.loads(Path(f"{out}.report.json").read_text()), peak_kb / 1024
 
 
 def store_files(root: Path) -> dict[str, bytes]:
