@@ -147,7 +147,7 @@ def test_review_decisions_are_honoured(built):
     rejects = pq.read_table(tmp_path / "out" / "release.json.rejects.parquet").to_pylist()
     assert [(r["id"], r["reason"], r["detail"]) for r in rejects] == [(qas[1]["id"], "human_rejected", "figure does not show it")]
     report = json.loads((tmp_path / "out" / "release.json.report.json").read_text())
-    assert report["rows_in"] == 4 and report["stats"]["released"] == 3
+    assert report["rows_in"] == 4 and report["rows_out"] == {"manifest": 3}
 
     with open(sheet, "a", newline="") as fh:
         csv.writer(fh).writerow([qas[2]["id"], "q", "maybe", ""])
