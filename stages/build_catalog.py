@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 
-from stages.core.release import connect_portable
+from stages.core.release import portable_duckdb_file
 from stages.core.stage import Input, Output, Stage
 
 VERSION = "1"
@@ -50,13 +48,7 @@ def run(ctx):
             continue
         views[(family, table)].append(path)
         stage_dirs.add((family, path.parent))
-    out = Path(ctx.output_path("catalog"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".catalog.", suffix=".duckdb", dir=out.parent)
-    os.close(fd)
-    os.unlink(tmp)  # duckdb wants to create the file itself
-    con = connect_portable(tmp)
-    try:
+    with portable_duckdb_file(ctx.output_path("catalog")) as con:
         for family in sorted({f for f, _ in views}):
             con.execute(f'create schema if not exists "{family}"')
         for (family, table), paths in sorted(views.items()):
@@ -82,12 +74,6 @@ def run(ctx):
                 "rejected bigint, rejected_by_reason json, stats json, seconds double)"
             )
             con.executemany(f'insert into "{family}".stage_reports values (?, ?, ?, ?, ?, ?, ?, ?)', rows)
-        con.close()
-        os.replace(tmp, out)
-    except BaseException:
-        con.close()
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 STAGE = Stage(

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from stages.core.release import connect_portable, md_table  # noqa: E402
+from stages.core.release import md_table, portable_duckdb_file  # noqa: E402
 from stages.core.stage import Input, Output, Param, Stage, StageError  # noqa: E402
 from stages.core.tables import atomic_write_bytes  # noqa: E402
 
@@ -157,14 +157,8 @@ def check_stored(path: str, expected: dict[str, int]) -> None:
 
 
 def run(ctx):
-    db_path = Path(ctx.output_path("db"))
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".evaluation.", suffix=".duckdb", dir=db_path.parent)
-    os.close(fd)
-    os.unlink(tmp)  # duckdb creates the file itself
-    con = connect_portable(tmp)
-    try:
-        loaded = {}
+    loaded: dict[str, int] = {}  # table -> input rows, checked against the stored tables
+    with portable_duckdb_file(ctx.output_path("db"), check=lambda tmp: check_stored(tmp, loaded)) as con:
         for name in ("responses", "scores", "summary", "probe", *DETAIL):
             if ctx.has_input(name):
                 loaded[name] = ctx.stats[f"{name}_rows"] = _load(con, name, ctx.input_paths(name))
@@ -193,13 +187,6 @@ def run(ctx):
         ]) + "\n"
         plot_sem(summary, models, ctx.output_path("plot"))
         atomic_write_bytes(ctx.output_path("report"), markdown.encode())
-        con.close()
-        check_stored(tmp, loaded)
-        os.replace(tmp, db_path)
-    except BaseException:
-        con.close()
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 STAGE = Stage(

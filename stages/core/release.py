@@ -12,8 +12,9 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import duckdb
 import pyarrow as pa
@@ -30,6 +31,29 @@ PORTABLE_STORAGE = "v1.4.0"
 def connect_portable(path: str | os.PathLike) -> duckdb.DuckDBPyConnection:
     """A connection that creates `path` in the portable storage format."""
     return duckdb.connect(str(path), config={"storage_compatibility_version": PORTABLE_STORAGE})
+
+
+@contextmanager
+def portable_duckdb_file(path: str | os.PathLike, check: Callable[[str], None] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Build a DuckDB file for people (the catalog, an evaluation) under a temp name beside `path`;
+    on success close it, run `check(temp path)` and rename it into place, else remove it."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    os.unlink(tmp)  # duckdb creates the file itself
+    con = connect_portable(tmp)
+    try:
+        yield con
+        con.close()
+        if check is not None:
+            check(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        con.close()
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def file_digest(path: str | os.PathLike) -> str:
