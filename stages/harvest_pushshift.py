@@ -105,7 +105,9 @@ def image_urls(post: dict, extensions: tuple[str, ...]) -> tuple[list[str], str 
             if meta.get("status") == "valid" and url:
                 urls.append(html.unescape(url))
         return (urls, None) if urls else ([], "gallery_without_valid_images")
-    url = html.unescape(post.get("url") or "")
+    url = post.get("url") or ""
+    if "&" in url:
+        url = html.unescape(url)
     parts = urlsplit(url)
     if parts.netloc.lower() == "i.redd.it" or parts.path.lower().endswith(extensions):
         return [url], None
@@ -180,28 +182,24 @@ def _harvest_submission(ctx, post: dict, state) -> None:
         return
     shard = shard_of(item_id, n_shards)
     kept_posts[post_id] = shard
-    ctx.write(
-        "posts",
-        [
-            {
-                "id": item_id,
-                "post_id": post_id,
-                "subreddit": post["subreddit"],
-                "domain": domain,
-                "title": post.get("title") or "",
-                "selftext": post.get("selftext") or "",
-                "url": post.get("url") or "",
-                "image_urls": urls,
-                "is_gallery": bool(post.get("is_gallery")),
-                "author": post.get("author"),
-                "created_utc": int(post.get("created_utc") or 0),
-                "score": int(post.get("score") or 0),
-                "num_comments": int(post.get("num_comments") or 0),
-                "over_18": bool(post.get("over_18")),
-                "permalink": post.get("permalink") or "",
-            }
-        ],
-        index=shard,
+    ctx.writer("posts", shard).write(
+        {
+            "id": item_id,
+            "post_id": post_id,
+            "subreddit": post["subreddit"],
+            "domain": domain,
+            "title": post.get("title") or "",
+            "selftext": post.get("selftext") or "",
+            "url": post.get("url") or "",
+            "image_urls": urls,
+            "is_gallery": bool(post.get("is_gallery")),
+            "author": post.get("author"),
+            "created_utc": int(post.get("created_utc") or 0),
+            "score": int(post.get("score") or 0),
+            "num_comments": int(post.get("num_comments") or 0),
+            "over_18": bool(post.get("over_18")),
+            "permalink": post.get("permalink") or "",
+        }
     )
 
 
@@ -223,19 +221,15 @@ def _harvest_comment(ctx, comment: dict, state) -> None:
     if post_id not in kept_posts:
         ctx.reject(item_id, "post_not_kept", link_id)
         return
-    ctx.write(
-        "comments",
-        [
-            {
-                "id": item_id,
-                "post_id": f"reddit:{post_id}",
-                "body": comment.get("body") or "",
-                "score": int(comment.get("score") or 0),
-                "author": comment.get("author"),
-                "created_utc": int(comment.get("created_utc") or 0),
-            }
-        ],
-        index=kept_posts[post_id],
+    ctx.writer("comments", kept_posts[post_id]).write(
+        {
+            "id": item_id,
+            "post_id": f"reddit:{post_id}",
+            "body": comment.get("body") or "",
+            "score": int(comment.get("score") or 0),
+            "author": comment.get("author"),
+            "created_utc": int(comment.get("created_utc") or 0),
+        }
     )
 
 
