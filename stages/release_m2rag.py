@@ -15,7 +15,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from stages.core.release import md_table, publish_release, reject_counts
+from stages.core.release import md_table, publish_release, read_rejects, reject_counts
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import read_tables
 
@@ -75,11 +75,7 @@ def card(name: str, version: str, tables: dict[str, pa.Table]) -> str:
 def run(ctx):
     queries = read_tables(ctx.input_paths("queries")).sort_by("id")
     ctx.add_input(queries.num_rows)
-    if ctx.has_input("rejects"):
-        rejects = read_tables(ctx.input_paths("rejects"))
-    else:
-        rejects = pa.table({n: pa.array([], pa.string()) for n in ("id", "stage", "reason", "detail")})
-    tables = build_tables(queries, rejects, ctx.params["categories"])
+    tables = build_tables(queries, read_rejects(ctx), ctx.params["categories"])
     publish_release(ctx, tables, lambda name, version: card(name, version, tables))
 
 

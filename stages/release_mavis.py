@@ -13,7 +13,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from stages.core.release import md_table, publish_release, reject_counts
+from stages.core.release import md_table, publish_release, read_rejects, reject_counts
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import read_tables
 
@@ -50,8 +50,7 @@ def run(ctx):
     questions = read_tables(ctx.input_paths("questions"))
     ctx.add_input(questions.num_rows)
     questions = questions.sort_by("id")
-    rejects = read_tables(ctx.input_paths("rejects")) if ctx.has_input("rejects") else None
-    tables = {"questions": questions, "reject_counts": reject_counts(rejects)}
+    tables = {"questions": questions, "reject_counts": reject_counts(read_rejects(ctx))}
     publish_release(ctx, tables, lambda name, version: card(name, version, tables))
 
 

@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .tables import atomic_write_bytes
+from .tables import REJECTS_SCHEMA, atomic_write_bytes, read_tables
 
 
 # DuckDB files we hand to people (releases, the catalog) are written in a storage format that
@@ -125,9 +125,17 @@ def write_manifest(path: str, name: str, version: str, folder: Path, tables: dic
     atomic_write_bytes(path, json.dumps(manifest, indent=2).encode())
 
 
-def reject_counts(rejects: pa.Table | None) -> pa.Table:
-    """(stage, reason, rows) over the family's rejects sidecars: what was dropped and why."""
-    if rejects is None or rejects.num_rows == 0:
+def read_rejects(ctx) -> pa.Table:
+    """The family's rejects sidecars given to a release stage as its `rejects` input, gathered
+    (an empty rejects table when there are none)."""
+    if not ctx.has_input("rejects"):
+        return REJECTS_SCHEMA.empty_table()
+    return read_tables(ctx.input_paths("rejects"))
+
+
+def reject_counts(rejects: pa.Table) -> pa.Table:
+    """(stage, reason, rows) over the family's rejects: what was dropped and why."""
+    if rejects.num_rows == 0:
         return pa.table({"stage": pa.array([], pa.string()), "reason": pa.array([], pa.string()), "rows": pa.array([], pa.int64())})
     with duckdb.connect() as con:
         con.register("rejects", rejects)
