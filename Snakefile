@@ -16,7 +16,7 @@ include: "rules/images.smk"
 include: "rules/m2rag.smk"
 include: "rules/openreview.smk"
 include: "rules/mcitebench.smk"
-include: "rules/evaluate.smk"
+include: "rules/eval_mcitebench.smk"
 
 
 rule release:

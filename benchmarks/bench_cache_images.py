@@ -32,7 +32,7 @@ from pytest_httpserver import HTTPServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stages.cache_images import STAGE  # noqa: E402
+from stages.images.cache_images import STAGE  # noqa: E402
 
 
 def make_images(count: int) -> list[tuple[bytes, str]]:

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 from make_reddit_sample import build, write_zst  # noqa: E402
-from stages.harvest_pushshift import STAGE, read_zstd_lines  # noqa: E402
+from stages.mavis.harvest_pushshift import STAGE, read_zstd_lines  # noqa: E402
 
 
 def main() -> None:

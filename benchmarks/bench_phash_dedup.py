@@ -4,7 +4,7 @@
 
 Synthesises --n 64-bit hashes: 90% uniformly random, 10% planted near-duplicates (a random earlier
 hash with 0..radius random bits flipped). Then, in the same run:
-  method       stages.phash_dedup.near_pairs (multi-index hashing) + union_find on all n hashes;
+  method       stages.images.phash_dedup.near_pairs (multi-index hashing) + union_find on all n hashes;
   brute force  all-pairs XOR/popcount (numpy, blocked) on a --subset of the hashes (a quarter of
                it planted pairs, the rest random), timed
                and SCALED to n by (n / subset)^2 (it is quadratic; running it on 1M would take
@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stages.phash_dedup import brute_force_pairs, near_pairs, plan, union_find  # noqa: E402
+from stages.images.phash_dedup import brute_force_pairs, near_pairs, plan, union_find  # noqa: E402
 
 
 def synthesize(n: int, radius: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

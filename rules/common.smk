@@ -4,6 +4,8 @@ import re
 import shlex
 from pathlib import Path
 
+from stages.core.layout import prompt_sources, stage_module, stage_path, stage_sources
+
 RUN = config["run"]
 RUNDIR = f"data/runs/{RUN}"
 SHARDS = [f"{i:05d}" for i in range(config["shards"])]
@@ -30,14 +32,20 @@ def gpus(llm_settings):
     return 1 if (llm_settings or {}).get("backend") == "vllm" else 0
 
 
-def stage_file(name):
-    """The stage's module as an input, so editing it reruns the rule (Snakemake can't see imports)."""
-    return f"stages/{name}.py"
+def stage_code(name):
+    """The stage module and every stages/ module it imports, as inputs: editing any of them reruns
+    the rule (Snakemake can't see imports; stages/core/layout.py scans them)."""
+    return stage_sources(name)
+
+
+def prompt_files(*names):
+    """Prompt files and the answer schemas they name, as inputs: editing either reruns the rule."""
+    return prompt_sources(*names)
 
 
 def stage_version(name):
     """The stage's VERSION, read from its source without importing it (no heavy imports at DAG time)."""
-    match = re.search(r'^VERSION = "([^"]+)"', Path(stage_file(name)).read_text(), re.M)
+    match = re.search(r'^VERSION = "([^"]+)"', stage_path(name).read_text(), re.M)
     return match.group(1) if match else "0"
 
 
@@ -48,12 +56,12 @@ def settings(value):
 
 def stage_io(wildcards, input, output):
     """--input/--output flags from the rule's named inputs and outputs. Inputs named `stage` or
-    `prompt*` are listed only so that editing them reruns the rule; outputs named `sidecar_*` are
+    `prompts` are listed only so that editing them reruns the rule; outputs named `sidecar_*` are
     the runner's rejects/report files, declared so downstream rules can depend on them."""
     args = []
     for flag, files in (("--input", input), ("--output", output)):
         for name, value in files.items():
-            if name == "stage" or name.startswith(("prompt", "sidecar_")):
+            if name in ("stage", "prompts") or name.startswith("sidecar_"):
                 continue
             for path in [value] if isinstance(value, str) else value:
                 args += [flag, f"{name}={path}"]
@@ -62,7 +70,7 @@ def stage_io(wildcards, input, output):
 
 def stage_shell(name):
     """The one shape of every stage rule's command."""
-    return f"python -m stages.{name} {{params.io}} --params {{params.settings:q}} > {{log}} 2>&1"
+    return f"python -m {stage_module(name)} {{params.io}} --params {{params.settings:q}} > {{log}} 2>&1"
 
 
 def run_path(family, stage, table, shard=None):
@@ -82,7 +90,7 @@ def bench_path(family, stage, shard=None):
 
 rule build_catalog:
     input:
-        stage=stage_file("build_catalog"),
+        stage=stage_code("build_catalog"),
         tables=lambda w: CATALOG_TABLES,
     output:
         catalog=CATALOG_FILE,

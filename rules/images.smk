@@ -12,7 +12,7 @@ if IMAGES.get("enabled", False) and config.get("mavis", {}).get("enabled", False
 
     rule cache_images:
         input:
-            stage=stage_file("cache_images"),
+            stage=stage_code("cache_images"),
             owners=run_path("mavis", "filter_questions", "questions", "{shard}"),
             **_replay,
         output:
@@ -35,7 +35,7 @@ if IMAGES.get("enabled", False) and config.get("mavis", {}).get("enabled", False
 
     rule filter_images:
         input:
-            stage=stage_file("filter_images"),
+            stage=stage_code("filter_images"),
             images=run_path("mavis", "cache_images", "images_cached", "{shard}"),
             texts=run_path("mavis", "filter_questions", "questions", "{shard}"),
         output:
@@ -58,7 +58,7 @@ if IMAGES.get("enabled", False) and config.get("mavis", {}).get("enabled", False
 
     rule phash_dedup:
         input:
-            stage=stage_file("phash_dedup"),
+            stage=stage_code("phash_dedup"),
             images=run_path("mavis", "filter_images", "images_filtered", "{shard}"),
         output:
             images=run_path("mavis", "phash_dedup", "images_deduped", "{shard}"),

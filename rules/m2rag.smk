@@ -14,7 +14,7 @@ if M2RAG.get("enabled", False):
 
     rule harvest_hub_dataset:
         input:
-            stage=stage_file("harvest_hub_dataset"),
+            stage=stage_code("harvest_hub_dataset"),
             data_files=M2RAG["harvest"].get("data_files", []),
         output:
             queries=[run_path("m2rag", "harvest_hub_dataset", "queries", s) for s in SHARDS],
@@ -32,10 +32,8 @@ if M2RAG.get("enabled", False):
 
     rule filter_queries:
         input:
-            stage=stage_file("filter_queries"),
-            prompt_clear="prompts/m2rag_query_clear.md",
-            prompt_images="prompts/m2rag_query_images.md",
-            prompt_schema="schemas/answers/m2rag_query_filter.json",
+            stage=stage_code("filter_queries"),
+            prompts=prompt_files("m2rag_query_clear", "m2rag_query_images"),
             queries=run_path("m2rag", "harvest_hub_dataset", "queries", "{shard}"),
         output:
             filtered_queries=run_path("m2rag", "filter_queries", "filtered_queries", "{shard}"),
@@ -55,9 +53,8 @@ if M2RAG.get("enabled", False):
 
     rule classify_queries:
         input:
-            stage=stage_file("classify_queries"),
-            prompt_classify="prompts/m2rag_query_classify.md",
-            prompt_schema="schemas/answers/m2rag_query_categories.json",
+            stage=stage_code("classify_queries"),
+            prompts=prompt_files("m2rag_query_classify"),
             filtered_queries=run_path("m2rag", "filter_queries", "filtered_queries", "{shard}"),
         output:
             classified_queries=run_path("m2rag", "classify_queries", "classified_queries", "{shard}"),
@@ -77,7 +74,7 @@ if M2RAG.get("enabled", False):
 
     rule release_m2rag:
         input:
-            stage=stage_file("release_m2rag"),
+            stage=stage_code("release_m2rag"),
             queries=expand(rules.classify_queries.output.classified_queries, shard=SHARDS),
             rejects=[rules.harvest_hub_dataset.output.sidecar_rejects]
             + expand(rules.filter_queries.output.sidecar_rejects, shard=SHARDS)

@@ -6,7 +6,7 @@ if MAVIS.get("enabled", False):
 
     rule harvest_pushshift:
         input:
-            stage=stage_file("harvest_pushshift"),
+            stage=stage_code("harvest_pushshift"),
             dumps=MAVIS["pushshift"]["files"],
         output:
             posts=[run_path("mavis", "harvest_pushshift", "posts", s) for s in SHARDS],
@@ -25,7 +25,7 @@ if MAVIS.get("enabled", False):
 
     rule filter_questions:
         input:
-            stage=stage_file("filter_questions"),
+            stage=stage_code("filter_questions"),
             posts=run_path("mavis", "harvest_pushshift", "posts", "{shard}"),
             comments=run_path("mavis", "harvest_pushshift", "comments", "{shard}"),
         output:
@@ -44,7 +44,7 @@ if MAVIS.get("enabled", False):
 
     rule release_mavis:
         input:
-            stage=stage_file("release_mavis"),
+            stage=stage_code("release_mavis"),
             questions=expand(run_path("mavis", "filter_questions", "questions", "{shard}"), shard=SHARDS),
             rejects=[rules.harvest_pushshift.output.sidecar_rejects]
             + expand(rules.filter_questions.output.sidecar_rejects, shard=SHARDS),

@@ -21,9 +21,8 @@ if MC.get("enabled", False):
 
     rule extract_explanation_qa:
         input:
-            stage=stage_file("extract_explanation_qa"),
-            prompt_explanation="prompts/mcitebench_explanation_qa.md",
-            prompt_schema="schemas/answers/mcitebench_explanation_qa.schema.json",
+            stage=stage_code("extract_explanation_qa"),
+            prompts=prompt_files("mcitebench_explanation_qa"),
             threads=_THREADS,
         output:
             qa=run_path("mcitebench", "extract_explanation_qa", "explanation_qa"),
@@ -42,9 +41,8 @@ if MC.get("enabled", False):
 
     rule generate_locating_qa:
         input:
-            stage=stage_file("generate_locating_qa"),
-            prompt_locating="prompts/mcitebench_locating_qa.md",
-            prompt_schema="schemas/answers/mcitebench_locating_qa.schema.json",
+            stage=stage_code("generate_locating_qa"),
+            prompts=prompt_files("mcitebench_locating_qa"),
             elements=_ELEMENTS,
         output:
             qa=run_path("mcitebench", "generate_locating_qa", "locating_qa"),
@@ -63,7 +61,7 @@ if MC.get("enabled", False):
 
     rule pair_evidence:
         input:
-            stage=stage_file("pair_evidence"),
+            stage=stage_code("pair_evidence"),
             qa=[rules.extract_explanation_qa.output.qa, rules.generate_locating_qa.output.qa],
             elements=_ELEMENTS,
         output:
@@ -82,7 +80,7 @@ if MC.get("enabled", False):
 
     rule sample_distractors:
         input:
-            stage=stage_file("sample_distractors"),
+            stage=stage_code("sample_distractors"),
             questions=rules.pair_evidence.output.questions,
             evidence=rules.pair_evidence.output.evidence,
             elements=_ELEMENTS,
@@ -102,9 +100,8 @@ if MC.get("enabled", False):
 
     rule quality_control:
         input:
-            stage=stage_file("quality_control"),
-            prompt_quality="prompts/mcitebench_quality_control.md",
-            prompt_schema="schemas/answers/mcitebench_quality_control.schema.json",
+            stage=stage_code("quality_control"),
+            prompts=prompt_files("mcitebench_quality_control"),
             questions=rules.sample_distractors.output.questions,
             evidence=rules.pair_evidence.output.evidence,
             elements=_ELEMENTS,
@@ -127,7 +124,7 @@ if MC.get("enabled", False):
 
     rule release_mcitebench:
         input:
-            stage=stage_file("release_mcitebench"),
+            stage=stage_code("release_mcitebench"),
             questions=rules.quality_control.output.questions,
             evidence=rules.pair_evidence.output.evidence,
             distractors=rules.sample_distractors.output.distractors,

@@ -10,7 +10,7 @@ if OR.get("enabled", False):
 
     rule harvest_openreview:
         input:
-            stage=stage_file("harvest_openreview"),
+            stage=stage_code("harvest_openreview"),
         output:
             papers=run_path("mcitebench", "harvest_openreview", "papers"),
             reviews=run_path("mcitebench", "harvest_openreview", "reviews"),
@@ -32,7 +32,7 @@ if OR.get("enabled", False):
 
     rule parse_pdfs:
         input:
-            stage=stage_file("parse_pdfs"),
+            stage=stage_code("parse_pdfs"),
             papers=rules.harvest_openreview.output.papers,
         output:
             elements=run_path("mcitebench", "parse_pdfs", "elements"),

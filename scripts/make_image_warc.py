@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from stages.core.fetch import WarcRecorder  # noqa: E402
-from stages.harvest_pushshift import _load, image_urls, read_zstd_lines  # noqa: E402
+from stages.mavis.harvest_pushshift import _load, image_urls, read_zstd_lines  # noqa: E402
 
 DUMPS = ["data/samples/reddit/RS_2023-01.zst", "data/samples/reddit/askscience_submissions.zst"]
 

@@ -3,7 +3,7 @@ that `harvest_openreview` replays offline (mode: replay).
 
 It holds the venue's submission listing in API v2 shape (`/notes?invitation=...&details=replies`,
 paged two notes at a time) and each paper's PDF as answered by `/pdf?id=<forum>`, under the file
-names the harvest's raw cache uses (stages.harvest_openreview.cache_name).
+names the harvest's raw cache uses (stages.mcitebench.harvest_openreview.cache_name).
 
 The four papers are generated here with reportlab, deterministically (same bytes on every run):
 numbered sections (1..5 with 3.1, 3.2, 4.1-4.3), raster figures and ruled tables with numbered
@@ -32,7 +32,7 @@ from reportlab.lib.utils import ImageReader, simpleSplit
 from reportlab.pdfgen import canvas
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from stages.harvest_openreview import cache_name  # noqa: E402
+from stages.mcitebench.harvest_openreview import cache_name  # noqa: E402
 
 VENUE = "ICLR.cc/2025/Conference"
 INVITATION = f"{VENUE}/-/Submission"

@@ -27,13 +27,15 @@ def workflow_copy(tmp_path: Path) -> Path:
     return dest
 
 
-def run_stage(module: str, *args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """Run a stage through its real CLI, as Snakemake does."""
+def run_stage(name: str, *args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Run a stage through its real CLI (python -m stages.<group>.<name>), as Snakemake does."""
+    from stages.core.layout import stage_module
+
     result = subprocess.run(
-        [sys.executable, "-m", f"stages.{module}", *args], cwd=cwd or REPO, capture_output=True, text=True
+        [sys.executable, "-m", stage_module(name), *args], cwd=cwd or REPO, capture_output=True, text=True
     )
     if check and result.returncode != 0:
-        raise AssertionError(f"stage {module} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+        raise AssertionError(f"stage {name} failed ({result.returncode}):\n{result.stderr[-3000:]}")
     return result
 
 

@@ -97,7 +97,7 @@ EXPECTED_REJECTS = {
 _PEAK_WRAPPER = """
 import runpy, sys
 try:
-    runpy.run_module("stages.cache_images", run_name="__main__", alter_sys=True)
+    runpy.run_module("stages.images.cache_images", run_name="__main__", alter_sys=True)
 finally:
     peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM"))
     print("PEAK_KB", peak.split()[1])
@@ -200,18 +200,18 @@ def test_normalize_checks_pixels_before_decoding():
 
 
 def test_cli_help_and_bad_params(tmp_path):
-    help_text = subprocess.run([sys.executable, "-m", "stages.cache_images", "--help"], capture_output=True, text=True, check=True).stdout
+    help_text = subprocess.run([sys.executable, "-m", "stages.images.cache_images", "--help"], capture_output=True, text=True, check=True).stdout
     assert "record_warc" in help_text and "max_pixels" in help_text
     items_path = tmp_path / "items.parquet"
     pq.write_table(pa.Table.from_pylist([{"id": "a", "image_urls": ["http://example.org/a.png"]}]), items_path)
     out = tmp_path / "images.parquet"
     bad = subprocess.run(
-        [sys.executable, "-m", "stages.cache_images", "--input", f"owners={items_path}", "--output", f"images={out}", "--params", '{"fetch": {"mode": "record"}}'],
+        [sys.executable, "-m", "stages.images.cache_images", "--input", f"owners={items_path}", "--output", f"images={out}", "--params", '{"fetch": {"mode": "record"}}'],
         capture_output=True, text=True,
     )
     assert bad.returncode != 0 and "record_warc" in bad.stderr and not out.exists()
     bad = subprocess.run(
-        [sys.executable, "-m", "stages.cache_images", "--input", f"owners={items_path}", "--output", f"images={out}", "--params", '{"url_column": "urls"}'],
+        [sys.executable, "-m", "stages.images.cache_images", "--input", f"owners={items_path}", "--output", f"images={out}", "--params", '{"url_column": "urls"}'],
         capture_output=True, text=True,
     )
     assert bad.returncode != 0 and "no column 'urls'" in bad.stderr

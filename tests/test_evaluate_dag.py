@@ -23,7 +23,7 @@ def test_snakemake_evaluate(tmp_path):
     done = subprocess.run(["snakemake", "--cores", "2", "evaluate", "--configfile", "config/test.yaml"],
                           cwd=work, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
-    out = work / "data" / "runs" / "t" / "evaluate"
+    out = work / "data" / "runs" / "t" / "eval_mcitebench"
     report = (out / "report_mcitebench" / "report.md").read_text()
     assert "## Main results (cf. Table 2)" in report and "| smol-a |" in report and "| smol-b |" in report
     assert (out / "report_mcitebench" / "sem_by_modality.png").stat().st_size > 0

@@ -18,7 +18,7 @@ from stages.core.tables import write_table
 torch = pytest.importorskip("torch")
 pytest.importorskip("open_clip")
 
-from stages.filter_images import STAGE, ClipScorer  # noqa: E402  (imports torch lazily, but the test needs it)
+from stages.images.filter_images import STAGE, ClipScorer  # noqa: E402  (imports torch lazily, but the test needs it)
 
 MODEL = "ViT-S-32"  # the smallest ViT config open_clip ships; random weights
 

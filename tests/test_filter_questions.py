@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 
 from conftest import run_stage
 from stages.core.tables import write_table
-from stages.filter_questions import count_sentences
+from stages.mavis.filter_questions import count_sentences
 
 LONG = ("This is a long answer sentence that explains the picture in some detail. " * 3).strip()
 LONG = " ".join([LONG] * 3)  # > 500 chars, 9 sentences

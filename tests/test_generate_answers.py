@@ -9,7 +9,8 @@ import pytest
 from eval_fixtures import llm_params, make_release, reference_records, shrink
 from stages.core.images import ImageStore
 from stages.core.stage import StageError
-from stages.generate_answers import STAGE, BadRecord, release_captions, release_file, shown, task_items
+from stages.core.evidence import shown
+from stages.eval_mcitebench.generate_answers import STAGE, BadRecord, release_captions, release_file, task_items
 
 
 @pytest.fixture()

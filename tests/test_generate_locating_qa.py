@@ -10,7 +10,7 @@ from werkzeug import Response
 
 from stages.core.images import ImageStore
 from stages.core.refs import parse_refs
-from stages.generate_locating_qa import choose, eligible
+from stages.mcitebench.generate_locating_qa import choose, eligible
 from tests.conftest import run_stage
 from tests.mcitebench_fixtures import PAPER, element, paper_elements, write
 

@@ -51,7 +51,7 @@ def harvest(tmp_path: Path, url: str, check: bool = True, env: dict | None = Non
     out = tmp_path / "out"
     settings = {"base_url": url, "mode": "record", "raw_cache": str(tmp_path / "raw"), "pdf_store": str(tmp_path / "pdfs"),
                 "requests_per_second": 0.0, "retry_max_sleep": 0.05, **params}
-    args = [sys.executable, "-m", "stages.harvest_openreview", "--params", json.dumps(settings)]
+    args = [sys.executable, "-m", "stages.mcitebench.harvest_openreview", "--params", json.dumps(settings)]
     for table in ("papers", "reviews", "comments", "threads"):
         args += ["--output", f"{table}={out / table}.parquet"]
     result = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env={**os.environ, **(env or {})})

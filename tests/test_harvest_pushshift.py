@@ -10,7 +10,7 @@ import pytest
 import zstandard
 
 from conftest import run_stage
-from stages.harvest_pushshift import TruncatedFrame, image_urls, read_zstd_lines
+from stages.mavis.harvest_pushshift import TruncatedFrame, image_urls, read_zstd_lines
 
 DOMAINS = {"Science": ["askscience"], "Art & Design": ["woodworking"]}
 

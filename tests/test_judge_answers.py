@@ -5,7 +5,7 @@ import pyarrow.parquet as pq
 
 from eval_fixtures import llm_params, response_row
 from stages.core.tables import write_table
-from stages.judge_answers import STAGE, request_for
+from stages.eval_mcitebench.judge_answers import STAGE, request_for
 
 
 def test_locating_request_carries_explanation():

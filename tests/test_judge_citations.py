@@ -5,8 +5,8 @@ import pyarrow.parquet as pq
 
 from eval_fixtures import llm_params, response_row
 from stages.core.tables import write_table
-from stages.judge_citations import STAGE, display_mode, plan
-from stages.split_citations import parse_response
+from stages.eval_mcitebench.judge_citations import STAGE, display_mode, plan
+from stages.eval_mcitebench.split_citations import parse_response
 
 
 def figure(caption=None, sha=None):

@@ -30,7 +30,7 @@ def test_prompt_edit_reruns_exactly_its_rule_and_descendants(workflow_copy):
     stamp = 1_700_000_000
     for path in [workflow_copy / "prompts" / p for p in os.listdir(workflow_copy / "prompts")] + \
                 [workflow_copy / "schemas/answers" / p for p in os.listdir(workflow_copy / "schemas/answers")] + \
-                list((workflow_copy / "stages").glob("*.py")):
+                list((workflow_copy / "stages").rglob("*.py")):
         os.utime(path, (stamp, stamp))
     for i, name in enumerate(UPSTREAM, start=1):
         path = base / name

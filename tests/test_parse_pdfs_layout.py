@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 
 from stages.core.images import ImageStore
-from stages.parse_pdfs import build_elements, caption_label
+from stages.mcitebench.parse_pdfs import build_elements, caption_label
 
 
 # --- MinerU's middle_json post-processing on hand-written blocks ----------------------------------

@@ -17,7 +17,7 @@ from PIL import Image
 
 from stages.core.images import ImageStore
 from stages.core.tables import write_table
-from stages.phash_dedup import brute_force_pairs, near_pairs, union_find
+from stages.images.phash_dedup import brute_force_pairs, near_pairs, union_find
 
 
 def planted(seed: int, n_base: int, n_dups: int, radius: int) -> np.ndarray:
@@ -110,7 +110,7 @@ def images(tmp_path) -> tuple[Path, Path]:
 
 def dedup(tmp_path: Path, images: Path, store: Path, **params) -> tuple[list[dict], list[dict], dict]:
     out = tmp_path / f"dedup_{params.get('scope', 'owner')}.parquet"
-    cmd = [sys.executable, "-m", "stages.phash_dedup", "--input", f"images={images}", "--output", f"images={out}",
+    cmd = [sys.executable, "-m", "stages.images.phash_dedup", "--input", f"images={images}", "--output", f"images={out}",
            "--params", json.dumps({"store": str(store), **params})]
     subprocess.run(cmd, check=True, capture_output=True)
     report = json.loads(Path(f"{out}.report.json").read_text())
@@ -140,6 +140,6 @@ def test_stage_scope_owner_and_global(tmp_path, images):
 def test_stage_rejects_bad_params(tmp_path, images):
     path, store = images
     out = tmp_path / "x.parquet"
-    bad = subprocess.run([sys.executable, "-m", "stages.phash_dedup", "--input", f"images={path}", "--output", f"images={out}",
+    bad = subprocess.run([sys.executable, "-m", "stages.images.phash_dedup", "--input", f"images={path}", "--output", f"images={out}",
                           "--params", '{"scope": "everything"}'], capture_output=True, text=True)
     assert bad.returncode != 0 and "scope" in bad.stderr and not out.exists()

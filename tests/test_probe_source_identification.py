@@ -6,7 +6,7 @@ import pytest
 
 from eval_fixtures import llm_params, response_row
 from stages.core.tables import write_table
-from stages.probe_source_identification import STAGE, parse_choice
+from stages.eval_mcitebench.probe_source_identification import STAGE, parse_choice
 
 
 @pytest.mark.parametrize("text, letters, expected", [

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from stages.core.images import ImageStore
-from stages.release_mcitebench import to_jpeg
+from stages.mcitebench.release_mcitebench import to_jpeg
 from tests.conftest import run_stage
 from tests.mcitebench_fixtures import PAPER, paper_elements, qa_row, write
 

@@ -8,8 +8,8 @@ from eval_fixtures import response_row
 from stages.core.release import PORTABLE_STORAGE
 from stages.core.stage import StageError
 from stages.core.tables import write_table
-from stages.report_mcitebench import STAGE, check_stored
-from stages.score_mcitebench import summarize
+from stages.eval_mcitebench.report_mcitebench import STAGE, check_stored
+from stages.eval_mcitebench.score_mcitebench import summarize
 
 METRICS = ("citation_recall", "citation_precision", "citation_f1", "source_precision", "source_recall", "source_f1", "source_em", "accuracy")
 

@@ -6,8 +6,8 @@ import pytest
 from eval_fixtures import response_row
 from stages.core.ids import content_id
 from stages.core.tables import write_table
-from stages.score_mcitebench import STAGE, citation_scores, score_response, source_scores, summarize
-from stages.split_citations import parse_response
+from stages.eval_mcitebench.score_mcitebench import STAGE, citation_scores, score_response, source_scores, summarize
+from stages.eval_mcitebench.split_citations import parse_response
 
 
 def judgement(sentence_id, kind, score, item=None, status="judged", response_id="r"):

@@ -5,7 +5,7 @@ import pytest
 
 from eval_fixtures import response_row
 from stages.core.tables import write_table
-from stages.split_citations import STAGE, citations_in, parse_response, split_sentences
+from stages.eval_mcitebench.split_citations import STAGE, citations_in, parse_response, split_sentences
 
 
 @pytest.mark.parametrize(

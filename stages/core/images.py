@@ -114,3 +114,8 @@ def flatten_to_rgb(im: Image.Image) -> Image.Image:
         canvas.paste(rgba, mask=rgba.getchannel("A"))
         return canvas
     return im.convert("RGB")
+
+
+def pdf_path(store: str | Path, sha256: str) -> Path:
+    """Where the PDF store keeps a paper by the sha256 of its bytes (the layout of ImageStore)."""
+    return Path(store) / sha256[:2] / f"{sha256}.pdf"

@@ -637,3 +637,13 @@ class LLMClient:
             for i in owners[j]:
                 results[i] = (result, i != first)
         return results
+
+
+BACKENDS = {"llamacpp": LlamaCppBackend, "openai": OpenAIBackend, "vllm": VLLMBackend}
+
+
+def sees_images(params: dict) -> bool:
+    """The `vision` param, or else whether the configured backend takes images."""
+    if params["vision"] is not None:
+        return params["vision"]
+    return BACKENDS[resolve_settings(params["llm"])["backend"]].sees_images

@@ -14,7 +14,7 @@ A stage module declares itself and ends with `STAGE.main()`:
 
 and runs alone:
 
-    python -m stages.filter_questions --input posts=a.parquet --output questions=b.parquet \
+    python -m stages.mavis.filter_questions --input posts=a.parquet --output questions=b.parquet \
         --params params.yaml          # or inline JSON: --params '{"min_answer_chars": 400}'
 
 `run(ctx)` reads inputs, writes rows through `ctx.writer(name)`/`ctx.write(name, rows)`, sends
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import logging
 import sys
@@ -40,7 +41,8 @@ from typing import Any, Callable
 import pyarrow as pa
 import yaml
 
-from .tables import REJECTS_SCHEMA, TableWriter, atomic_write_bytes, read_tables, table_schema
+from .layout import LayoutError, stage_module
+from .tables import REJECTS_SCHEMA, SchemaError, TableWriter, atomic_write_bytes, check_columns, read_tables, table_schema
 
 log = logging.getLogger("citeforge")
 
@@ -69,6 +71,7 @@ class Input:
     many: bool = False  # several paths (shards) read as one table
     optional: bool = False
     kind: str = "table"  # table | file | dir
+    table: str | None = None  # schema in schemas/tables that `ctx.read` checks every file against
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,16 @@ class Output:
 
 class StageError(RuntimeError):
     """A stage failed for a reason the user can act on (bad input, bad param, broken invariant)."""
+
+
+class Reject(Exception):
+    """Raised inside `with ctx.item(id):` to drop that one item: the runner records the reject
+    (reason code, detail) and the stage goes on with the next item. The one way to reject."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
 
 
 @dataclass
@@ -107,6 +120,12 @@ class Stage:
             sys.exit(f"{self.name}: error: {err}")
         log.info("done: %s", _summary(report))
 
+    def _prog(self) -> str:
+        try:
+            return f"python -m {stage_module(self.name)}"
+        except LayoutError:  # a stage declared outside stages/<group>/ (tests, notebooks)
+            return self.name
+
     def _parser(self) -> argparse.ArgumentParser:
         lines = [f"stage {self.name} (version {self.version})", "", "inputs:"]
         for name, spec in self.inputs.items():
@@ -123,7 +142,7 @@ class Stage:
             lines.append(f"  {name:<22} {spec.type.__name__} [{default}]: {spec.help}")
         lines += ["", "Sidecars next to the first output: <output>.rejects.parquet, <output>.report.json."]
         parser = argparse.ArgumentParser(
-            prog=f"python -m stages.{self.name}",
+            prog=self._prog(),
             description=textwrap.dedent(self.doc or "").strip(),
             epilog="\n".join(lines),
             formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -226,6 +245,15 @@ class Context:
         return self._inputs[name][0]
 
     def read(self, name: str) -> pa.Table:
+        """The input's files as one table; with a declared `table`, each file's columns and types
+        are checked first (a mismatch fails naming the file, the table and the column)."""
+        table = self.stage.inputs[name].table
+        if table is not None:
+            for path in self._inputs[name]:
+                try:
+                    check_columns(path, table_schema(table), table)
+                except SchemaError as err:
+                    raise StageError(f"input {name!r}: {err}") from None
         return read_tables(self._inputs[name])
 
     def read_rows(self, name: str) -> list[dict]:
@@ -233,6 +261,17 @@ class Context:
 
     def add_input(self, n: int = 1) -> None:
         self.rows_in += n
+
+    @contextlib.contextmanager
+    def item(self, item_id: str, counted: bool = True):
+        """One input item's scope: counts it as read (unless `counted` is False, for items the
+        stage already counted) and turns a `Reject` raised inside into a recorded reject."""
+        if counted:
+            self.rows_in += 1
+        try:
+            yield
+        except Reject as rejected:
+            self.reject(item_id, rejected.reason, rejected.detail)
 
     # outputs ------------------------------------------------------------------------------
     def output_paths(self, name: str) -> list[str]:

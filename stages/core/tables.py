@@ -227,6 +227,22 @@ def write_table(path: str | os.PathLike, rows: list[dict] | pa.Table, table: str
     return writer.rows_written
 
 
+def check_columns(path: str | os.PathLike, schema: pa.Schema, table: str) -> None:
+    """A Parquet file holds every column of `schema` with its type (read from the footer only).
+    Extra columns are allowed: a stage reads the columns it declares."""
+    try:
+        found = pq.read_schema(path)
+    except (OSError, pa.ArrowInvalid) as err:
+        raise SchemaError(f"{path} is not a readable Parquet file (table {table!r}): {err}") from None
+    for field in schema:
+        index = found.get_field_index(field.name)
+        if index < 0:
+            raise SchemaError(f"{path} (table {table!r}): column {field.name!r} is missing")
+        got = found.field(index).type
+        if not got.equals(field.type):
+            raise SchemaError(f"{path} (table {table!r}): column {field.name!r} is {got}, expected {field.type}")
+
+
 def read_tables(paths: list[str] | str) -> pa.Table:
     """One Arrow table from one or many Parquet files (shards) of the same schema."""
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)

@@ -57,9 +57,8 @@ from pathlib import Path
 import requests
 from tqdm import tqdm
 
-from stages.core.images import ImageStore
+from stages.core.images import ImageStore, pdf_path
 from stages.core.stage import Input, Output, Param, Stage, StageError
-from stages.harvest_openreview import pdf_path
 
 VERSION = "1"
 

@@ -28,7 +28,7 @@ from stages.core.ids import content_id, seeded_rng
 from stages.core.llm import LLMClient, LLMRequest
 from stages.core.refs import parse_refs
 from stages.core.stage import Input, Output, Param, Stage
-from stages.pair_evidence import EVIDENCE_MODALITIES, label_key
+from stages.core.evidence import EVIDENCE_MODALITIES, label_key
 
 VERSION = "1"
 PROMPT = "mcitebench_locating_qa"

@@ -40,6 +40,7 @@ import requests
 from tqdm import tqdm
 
 from stages.core.ids import content_id, sha256_hex
+from stages.core.images import pdf_path
 from stages.core.retry import HostRateLimiter, RetriesExhausted, RetryPolicy, with_retries
 from stages.core.stage import Output, Param, Stage, StageError
 from stages.core.tables import atomic_write_bytes
@@ -271,10 +272,6 @@ def reply_tree(forum: str, replies: list[dict], stats) -> dict[str, tuple[str, i
 
 
 # --- the stage --------------------------------------------------------------------------------
-def pdf_path(store: str | Path, sha256: str) -> Path:
-    return Path(store) / sha256[:2] / f"{sha256}.pdf"
-
-
 def run(ctx) -> None:
     p = ctx.params
     client = OpenReviewClient(

@@ -23,9 +23,9 @@ import re
 import string
 
 from stages.core.ids import content_id
-from stages.core.llm import LLMClient, LLMRequest
+from stages.core.evidence import shown
+from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.stage import Input, Output, Param, Stage
-from stages.generate_answers import sees_images, shown
 
 VERSION = "1"
 PROMPT = "mcitebench_probe_source"

@@ -41,7 +41,7 @@ from stages.core.images import ImageStore, flatten_to_rgb
 from stages.core.release import md_table, publish_release
 from stages.core.stage import Input, Output, Param, Stage, StageError
 from stages.core.tables import table_schema, to_arrow
-from stages.pair_evidence import label_key
+from stages.core.evidence import label_key
 
 VERSION = "1"
 DECISIONS = {"": "keep", "keep": "keep", "reject": "reject"}

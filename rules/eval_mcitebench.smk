@@ -30,15 +30,15 @@ if EV.get("enabled", False):
         return {"model": model["name"], "llm": llm_with(model.get("llm")), "vision": model.get("vision")}
 
     def _ev(stage, table):
-        return run_path("evaluate", stage, table, "{m}")
+        return run_path("eval_mcitebench", stage, table, "{m}")
 
     wildcard_constraints:
         m=r"\d{5}",
 
     rule generate_answers:
         input:
-            stage=stage_file("generate_answers"),
-            prompt_answer="prompts/mcitebench_answer.md",
+            stage=stage_code("generate_answers"),
+            prompts=prompt_files("mcitebench_answer"),
             release=_release_input(),
         output:
             responses=_ev("generate_answers", "responses"),
@@ -53,36 +53,34 @@ if EV.get("enabled", False):
         resources:
             gpu=lambda w: gpus(_candidate(w)["llm"]),
         log:
-            log_path("evaluate", "generate_answers", "{m}"),
+            log_path("eval_mcitebench", "generate_answers", "{m}"),
         benchmark:
-            bench_path("evaluate", "generate_answers", "{m}")
+            bench_path("eval_mcitebench", "generate_answers", "{m}")
         shell:
             stage_shell("generate_answers")
 
     rule split_citations:
         input:
-            stage=stage_file("split_citations"),
-            refs="stages/core/refs.py",  # the shared reference parser decides what a citation is
+            stage=stage_code("split_citations"),
             responses=rules.generate_answers.output.responses,
         output:
             citations=_ev("split_citations", "citations"),
             sentences=_ev("split_citations", "sentences"),
         params:
-            io=lambda w, input, output: stage_io(w, {k: v for k, v in input.items() if k != "refs"}, output),
+            io=stage_io,
             version=stage_version("split_citations"),
             settings=settings({}),
         log:
-            log_path("evaluate", "split_citations", "{m}"),
+            log_path("eval_mcitebench", "split_citations", "{m}"),
         benchmark:
-            bench_path("evaluate", "split_citations", "{m}")
+            bench_path("eval_mcitebench", "split_citations", "{m}")
         shell:
             stage_shell("split_citations")
 
     rule judge_citations:
         input:
-            stage=stage_file("judge_citations"),
-            prompt_support="prompts/mcitebench_judge_support.md",
-            prompt_relevance="prompts/mcitebench_judge_relevance.md",
+            stage=stage_code("judge_citations"),
+            prompts=prompt_files("mcitebench_judge_support", "mcitebench_judge_relevance"),
             responses=rules.generate_answers.output.responses,
             sentences=rules.split_citations.output.sentences,
         output:
@@ -94,17 +92,16 @@ if EV.get("enabled", False):
         resources:
             gpu=gpus(_JUDGE_SETTINGS["llm"]),
         log:
-            log_path("evaluate", "judge_citations", "{m}"),
+            log_path("eval_mcitebench", "judge_citations", "{m}"),
         benchmark:
-            bench_path("evaluate", "judge_citations", "{m}")
+            bench_path("eval_mcitebench", "judge_citations", "{m}")
         shell:
             stage_shell("judge_citations")
 
     rule judge_answers:
         input:
-            stage=stage_file("judge_answers"),
-            prompt_explanation="prompts/mcitebench_judge_explanation.md",
-            prompt_locating="prompts/mcitebench_judge_locating.md",
+            stage=stage_code("judge_answers"),
+            prompts=prompt_files("mcitebench_judge_explanation", "mcitebench_judge_locating"),
             responses=rules.generate_answers.output.responses,
         output:
             judgements=_ev("judge_answers", "answer_judgements"),
@@ -115,15 +112,15 @@ if EV.get("enabled", False):
         resources:
             gpu=gpus(_JUDGE_SETTINGS["llm"]),
         log:
-            log_path("evaluate", "judge_answers", "{m}"),
+            log_path("eval_mcitebench", "judge_answers", "{m}"),
         benchmark:
-            bench_path("evaluate", "judge_answers", "{m}")
+            bench_path("eval_mcitebench", "judge_answers", "{m}")
         shell:
             stage_shell("judge_answers")
 
     rule score_mcitebench:
         input:
-            stage=stage_file("score_mcitebench"),
+            stage=stage_code("score_mcitebench"),
             responses=rules.generate_answers.output.responses,
             citations=rules.split_citations.output.citations,
             sentences=rules.split_citations.output.sentences,
@@ -137,16 +134,16 @@ if EV.get("enabled", False):
             version=stage_version("score_mcitebench"),
             settings=settings({}),
         log:
-            log_path("evaluate", "score_mcitebench", "{m}"),
+            log_path("eval_mcitebench", "score_mcitebench", "{m}"),
         benchmark:
-            bench_path("evaluate", "score_mcitebench", "{m}")
+            bench_path("eval_mcitebench", "score_mcitebench", "{m}")
         shell:
             stage_shell("score_mcitebench")
 
     rule probe_source_identification:
         input:
-            stage=stage_file("probe_source_identification"),
-            prompt_probe="prompts/mcitebench_probe_source.md",
+            stage=stage_code("probe_source_identification"),
+            prompts=prompt_files("mcitebench_probe_source"),
             responses=rules.generate_answers.output.responses,
         output:
             probe=_ev("probe_source_identification", "probe"),
@@ -157,9 +154,9 @@ if EV.get("enabled", False):
         resources:
             gpu=lambda w: gpus(_candidate(w)["llm"]),
         log:
-            log_path("evaluate", "probe_source_identification", "{m}"),
+            log_path("eval_mcitebench", "probe_source_identification", "{m}"),
         benchmark:
-            bench_path("evaluate", "probe_source_identification", "{m}")
+            bench_path("eval_mcitebench", "probe_source_identification", "{m}")
         shell:
             stage_shell("probe_source_identification")
 
@@ -176,20 +173,20 @@ if EV.get("enabled", False):
 
     rule report_mcitebench:
         input:
-            stage=stage_file("report_mcitebench"),
+            stage=stage_code("report_mcitebench"),
             **{name: expand(path, m=_M) for name, path in _PER_MODEL.items()},
         output:
-            report=f"{RUNDIR}/evaluate/report_mcitebench/report.md",
-            plot=f"{RUNDIR}/evaluate/report_mcitebench/sem_by_modality.png",
-            db=f"{RUNDIR}/evaluate/report_mcitebench/evaluation.duckdb",
+            report=f"{RUNDIR}/eval_mcitebench/report_mcitebench/report.md",
+            plot=f"{RUNDIR}/eval_mcitebench/report_mcitebench/sem_by_modality.png",
+            db=f"{RUNDIR}/eval_mcitebench/report_mcitebench/evaluation.duckdb",
         params:
             io=stage_io,
             version=stage_version("report_mcitebench"),
             settings=settings({"title": EV.get("title", "MCiteBench evaluation")}),
         log:
-            f"{RUNDIR}/logs/evaluate/report_mcitebench.log",
+            f"{RUNDIR}/logs/eval_mcitebench/report_mcitebench.log",
         benchmark:
-            f"{RUNDIR}/benchmarks/evaluate/report_mcitebench.tsv"
+            f"{RUNDIR}/benchmarks/eval_mcitebench/report_mcitebench.tsv"
         shell:
             stage_shell("report_mcitebench")
 

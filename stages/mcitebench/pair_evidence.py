@@ -29,21 +29,13 @@ from __future__ import annotations
 import collections
 
 from stages.core.ids import content_id
+from stages.core.evidence import label_key
 from stages.core.refs import Ref, parse_refs, unique_refs
 from stages.core.stage import Input, Output, Param, Stage
 
 VERSION = "1"
-EVIDENCE_MODALITIES = ("text", "figure", "table")
-
-
 class Unresolved(Exception):
     """A reference that cannot become evidence; args are (reason code, detail)."""
-
-
-def label_key(label: str | None) -> tuple[str, str] | None:
-    """("figure", "3") for an element label such as "Figure 3" (None when it is not one)."""
-    found = parse_refs(label or "")
-    return (found[0].kind, found[0].number) if len(found) == 1 and found[0].kind in ("figure", "table") else None
 
 
 def modality_of(modalities: list[str]) -> str:

@@ -33,8 +33,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from stages.core.ids import content_id, seeded_rng
+from stages.core.evidence import shown
 from stages.core.images import ImageStore
-from stages.core.llm import LlamaCppBackend, LLMClient, LLMRequest, OpenAIBackend, VLLMBackend, resolve_settings
+from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.refs import figure_table_refs
 from stages.core.stage import Input, Output, Param, Stage, StageError
 
@@ -42,7 +43,6 @@ VERSION = "2"  # 2: items shuffled by core seeded_rng
 PROMPT = "mcitebench_answer"
 REQUIRED = ("question_id", "pdf_id", "question_type", "question", "answer", "evidence_keys", "evidence_contents",
             "text_2_idx", "image_2_idx", "table_2_idx", "distractor_contents")
-BACKENDS = {"llamacpp": LlamaCppBackend, "openai": OpenAIBackend, "vllm": VLLMBackend}
 
 
 class BadRecord(ValueError):
@@ -127,28 +127,6 @@ def task_items(record: dict, folder: Path, seed: int, captions: dict[str, str], 
 def evidence_modality(items: list[dict]) -> str:
     kinds = {i["modality"] for i in items if i["is_evidence"]}
     return kinds.pop() if len(kinds) == 1 else "mixed"
-
-
-def shown(items: list[dict], vision: bool, with_captions: bool) -> tuple[list[dict], list[str]]:
-    """Template variables for items and the image hashes to attach, in order (<image n> = images[n-1])."""
-    out, images = [], []
-    for item in items:
-        view = {k: item[k] for k in ("label", "modality", "text")}
-        view["image"] = vision and item["image_sha256"] is not None
-        view["image_number"] = None
-        if view["image"]:
-            images.append(item["image_sha256"])
-            view["image_number"] = len(images)
-        view["caption"] = item["caption"] if (with_captions or not vision) else None
-        out.append(view)
-    return out, images
-
-
-def sees_images(params: dict) -> bool:
-    """The `vision` param, or else whether the configured backend takes images."""
-    if params["vision"] is not None:
-        return params["vision"]
-    return BACKENDS[resolve_settings(params["llm"])["backend"]].sees_images
 
 
 def run(ctx):

@@ -23,7 +23,7 @@ import collections
 
 from stages.core.ids import content_id, seeded_rng
 from stages.core.stage import Input, Output, Param, Stage, StageError
-from stages.pair_evidence import EVIDENCE_MODALITIES, label_key
+from stages.core.evidence import EVIDENCE_MODALITIES, label_key
 
 VERSION = "1"
 

@@ -27,9 +27,9 @@ Params: judge (name recorded in rows), llm (judge's settings), vision.
 from __future__ import annotations
 
 from stages.core.ids import content_id
-from stages.core.llm import LLMClient, LLMRequest
+from stages.core.evidence import shown
+from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.stage import Input, Output, Param, Stage
-from stages.generate_answers import sees_images, shown
 
 VERSION = "1"
 PROMPTS = {"support": "mcitebench_judge_support", "relevance": "mcitebench_judge_relevance"}
