@@ -45,10 +45,11 @@ if EV.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("generate_answers"),
+            # keys left out of the config take the stage's defaults; a model's own with_captions wins
             settings=lambda w: settings({
                 **_candidate(w),
-                "with_captions": _model(w).get("with_captions", EV.get("with_captions", False)),
-                "seed": EV.get("seed", 42), "limit": EV.get("limit", 0), "max_tokens": EV.get("max_tokens", 0),
+                **{k: EV[k] for k in ("seed", "limit", "max_tokens", "with_captions") if k in EV},
+                **{k: _model(w)[k] for k in ("with_captions",) if k in _model(w)},
             }),
         resources:
             gpu=lambda w: gpus(_candidate(w)["llm"]),

@@ -104,6 +104,7 @@ if MC.get("enabled", False):
             prompts=prompt_files("mcitebench_quality_control"),
             questions=rules.sample_distractors.output.questions,
             evidence=rules.pair_evidence.output.evidence,
+            distractors=rules.sample_distractors.output.distractors,
             elements=_ELEMENTS,
         output:
             questions=run_path("mcitebench", "quality_control", "checked_questions"),

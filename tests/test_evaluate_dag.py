@@ -17,7 +17,7 @@ def test_snakemake_evaluate(tmp_path):
     config = {
         "run": "t", "mavis": {"enabled": False}, "mcitebench": {"enabled": False}, "m2rag": {"enabled": False},
         "evaluate": {"enabled": True, "release": str(folder), "limit": 2, "max_tokens": 24,
-                     "judge": {"name": "judge-smol"}, "models": [{"name": "smol-a"}, {"name": "smol-b", "with_captions": True}]},
+                     "judge": {"name": "judge-smol"}, "models": [{"name": "smol-a"}, {"name": "smol-b", "with_captions": False}]},
     }
     (work / "config" / "test.yaml").write_text(yaml.safe_dump(config))
     done = subprocess.run(["snakemake", "--cores", "2", "evaluate", "--configfile", "config/test.yaml"],
@@ -25,11 +25,13 @@ def test_snakemake_evaluate(tmp_path):
     assert done.returncode == 0, done.stderr[-4000:]
     out = work / "data" / "runs" / "t" / "eval_mcitebench"
     report = (out / "report_mcitebench" / "report.md").read_text()
-    assert "## Main results (cf. Table 2)" in report and "| smol-a |" in report and "| smol-b |" in report
+    assert "## Main results (cf. Table 2)" in report
+    # captions are on by default (the seed's main setting); a model may run the "No Cap." ablation
+    assert "| smol-a | Cap., text-only |" in report and "| smol-b | No Cap., text-only |" in report
     assert (out / "report_mcitebench" / "sem_by_modality.png").stat().st_size > 0
     con = duckdb.connect(str(out / "report_mcitebench" / "evaluation.duckdb"), read_only=True)
     assert con.execute("select model, count(*) from scores group by model order by model").fetchall() == [("smol-a", 2), ("smol-b", 2)]
-    assert con.execute("select count(distinct model) from responses where with_captions").fetchone()[0] == 1
+    assert con.execute("select distinct model from responses where not with_captions").fetchall() == [("smol-b",)]
     sidecar = json.loads((out / "generate_answers" / "responses.00000.parquet.report.json").read_text())
     assert sidecar["params"]["model"] == "smol-a" and sidecar["rows_in"] == 2
     # an unchanged rerun has nothing to do

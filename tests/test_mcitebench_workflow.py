@@ -40,5 +40,5 @@ def test_prompt_edit_reruns_exactly_its_rule_and_descendants(workflow_copy):
     assert planned_rules(workflow_copy) == set()
 
     prompt = workflow_copy / "prompts/mcitebench_explanation_qa.md"
-    prompt.write_text(prompt.read_text().replace("extract one valid", "carefully extract one valid"))
+    prompt.write_text(prompt.read_text().replace("extract valid", "carefully extract valid"))
     assert planned_rules(workflow_copy) == {"extract_explanation_qa", "pair_evidence", "sample_distractors", "quality_control", "release_mcitebench"}

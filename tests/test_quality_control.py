@@ -13,8 +13,8 @@ from tests.mcitebench_fixtures import PAPER, paper_elements, qa_row, write
 def _run(tmp_path, store, name, min_score):
     out = tmp_path / name
     params = {"llm": {"cache": {"path": str(tmp_path / "llm.sqlite")}, "image_store": str(store.root)}, "min_score": min_score}
-    run_stage("quality_control", "--input", f"questions={tmp_path}/paired.parquet", "--input", f"evidence={tmp_path}/evidence.parquet",
-              "--input", f"elements={tmp_path}/elements.parquet", "--output", f"questions={out}/checked.parquet",
+    run_stage("quality_control", "--input", f"questions={tmp_path}/sampled.parquet", "--input", f"evidence={tmp_path}/evidence.parquet",
+              "--input", f"distractors={tmp_path}/distractors.parquet", "--input", f"elements={tmp_path}/elements.parquet", "--output", f"questions={out}/checked.parquet",
               "--output", f"judgements={out}/judgements.parquet", "--output", f"review_sheet={out}/review.csv",
               "--params", json.dumps(params))
     kept = pq.read_table(out / "checked.parquet").to_pylist()
@@ -33,6 +33,9 @@ def test_judges_decides_and_exports_the_review_sheet(tmp_path):
     ], "mcitebench_qa")
     run_stage("pair_evidence", "--input", f"qa={qa}", "--input", f"elements={el}",
               "--output", f"questions={tmp_path}/paired.parquet", "--output", f"evidence={tmp_path}/evidence.parquet")
+    run_stage("sample_distractors", "--input", f"questions={tmp_path}/paired.parquet", "--input", f"evidence={tmp_path}/evidence.parquet",
+              "--input", f"elements={el}", "--output", f"questions={tmp_path}/sampled.parquet",
+              "--output", f"distractors={tmp_path}/distractors.parquet")
 
     kept, judged, rejects, sheet, report = _run(tmp_path, store, "permissive", 0)
     assert report["rows_in"] == 1 and report["stats"]["llm_calls"] == 1
@@ -43,6 +46,9 @@ def test_judges_decides_and_exports_the_review_sheet(tmp_path):
     (row,) = sheet
     assert row["question_id"] == kept[0]["id"] and row["decision"] == ""
     assert row["evidence"].startswith("[Table 2] (table) Table 2: Main results") and "[Section 4.2, Line 39] (text)" in row["evidence"]
+    # the whole (Q, A, E, D) sample is checked: the distractors are on the sheet (and in the prompt)
+    distractors = pq.read_table(tmp_path / "distractors.parquet").to_pylist()
+    assert distractors and len(row["distractors"].splitlines()) >= len(distractors) > 0
     assert report["stats"]["llm_images_not_seen"] == 1  # the table crop went along; this model reads text only
 
     kept, judged, rejects, sheet, report = _run(tmp_path, store, "strict", 3)  # no score reaches 3

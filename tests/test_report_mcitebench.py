@@ -67,12 +67,12 @@ def test_report_tables_plot_and_db(tmp_path, inputs):
     assert coverage == [("large", 2, 1, 1, 0, 0), ("small", 4, 3, 1, 1, 1)]
     # Table 2 cells equal a query over the scores; a missing C-F1 is excluded and counted
     f1 = con.execute("select avg(citation_f1) from scores where model = 'small'").fetchone()[0]
-    assert f1 == 60.0 and "| small | 50.00 | 50.00 | 60.00 (1 missing) |" in text.split("## All metrics, overall")[1]
+    assert f1 == 60.0 and "| small | No Cap., text-only | 50.00 | 50.00 | 60.00 (1 missing) |" in text.split("## All metrics, overall")[1]
     table2 = text.split("## Main results (cf. Table 2)")[1].split("##")[0]
     assert "Explanation Single C-F1" in table2 and "Locating Single Acc" in table2 and "Locating Multi" not in table2
-    assert "| small | 40.00 | 50.00 | 100.00 | 50.00 | n/a |" in table2
+    assert "| small | No Cap., text-only | 40.00 | 50.00 | 100.00 | 50.00 | n/a |" in table2
     table4 = text.split("(cf. Table 4)")[1].split("##")[0]
-    assert "| large | 90.00 | – | – | – |" in table4
+    assert "| large | No Cap., text-only | 90.00 | – | – | – |" in table4
     table3 = text.split("(cf. Table 3)")[1].split("##")[0]
     assert "| small | 0.50 (n=2) | 1.00 (n=1) | – | 0.00 (n=1) |" in table3
     assert "![S-EM by modality](sem.png)" in text

@@ -198,10 +198,12 @@ STAGE = Stage(
         "model": Param(str, help="the candidate's name (config evaluate.models[].name)"),
         "llm": Param(dict, {}, "llm settings of the candidate (the llm: section with the model's overrides)"),
         "vision": Param(bool, None, "send figures/tables as images; null = what the backend takes (llamacpp: no)"),
-        "with_captions": Param(bool, False, "add figure/table captions after their images (MCiteBench Table 14)"),
+        "with_captions": Param(bool, True, "add figure/table captions after their images, the setting of the seed's main "
+                                           "results (Table 2); false is the Table 14 \"No Cap.\" ablation"),
         "seed": Param(int, 42, "seed of the per-question item shuffle"),
         "limit": Param(int, 0, "evaluate only the first N records of the release (0 = all)"),
-        "max_tokens": Param(int, 0, "answer length budget in tokens (0 = the prompt's default)"),
+        "max_tokens": Param(int, 1024, "answer length budget in tokens: explanation answers are long-form (§5), so at "
+                                        "least 1024 (0 = the prompt's default)"),
     },
     run=run,
 )

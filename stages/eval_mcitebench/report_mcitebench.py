@@ -56,24 +56,35 @@ def _cell(summary: dict, model: str, grouping: str, grp: str, metric: str) -> st
     return f"{row['value']:.2f}{missing}"
 
 
-def table2(summary: dict, models: list[str]) -> str:
+def settings_of(con, models: list[str]) -> dict[str, str]:
+    """The input setting behind each model's rows: "Cap." (captions after figure/table images, the
+    setting of the seed's Table 2) or "No Cap." (the Table 14 ablation), and "text-only" when the
+    model read captions or labels in place of images."""
+    out = {}
+    for model in models:
+        captions, vision = con.execute("select bool_or(with_captions), bool_or(vision) from responses where model = ?", [model]).fetchone()
+        out[model] = ("Cap." if captions else "No Cap.") + ("" if vision else ", text-only")
+    return out
+
+
+def table2(summary: dict, models: list[str], setting: dict[str, str]) -> str:
     groups = [g for g in TYPE_SOURCE if any((m, "type_source", g, "source_em") in summary for m in models)]
-    headers = ["Model"] + [f"{g.replace('/', ' ').title()} {label}" for g in groups for _, label in HEADLINE]
-    rows = [[m] + [_cell(summary, m, "type_source", g, metric) for g in groups for metric, _ in HEADLINE] for m in models]
+    headers = ["Model", "Setting"] + [f"{g.replace('/', ' ').title()} {label}" for g in groups for _, label in HEADLINE]
+    rows = [[m, setting[m]] + [_cell(summary, m, "type_source", g, metric) for g in groups for metric, _ in HEADLINE] for m in models]
     return md_table(headers, rows)
 
 
-def table4(summary: dict, models: list[str]) -> str:
-    headers = ["Model"] + [f"{label} {mod}" for _, label in HEADLINE for _, mod in MODALITIES]
-    rows = [[m] + [_cell(summary, m, "modality", key, metric) for metric, _ in HEADLINE for key, _ in MODALITIES] for m in models]
+def table4(summary: dict, models: list[str], setting: dict[str, str]) -> str:
+    headers = ["Model", "Setting"] + [f"{label} {mod}" for _, label in HEADLINE for _, mod in MODALITIES]
+    rows = [[m, setting[m]] + [_cell(summary, m, "modality", key, metric) for metric, _ in HEADLINE for key, _ in MODALITIES] for m in models]
     return md_table(headers, rows)
 
 
-def overall(summary: dict, models: list[str]) -> str:
+def overall(summary: dict, models: list[str], setting: dict[str, str]) -> str:
     metrics = [("citation_recall", "C-R"), ("citation_precision", "C-P"), ("citation_f1", "C-F1"), ("source_precision", "S-P"),
                ("source_recall", "S-R"), ("source_f1", "S-F1"), ("source_em", "S-EM"), ("accuracy", "Acc")]
-    rows = [[m] + [_cell(summary, m, "overall", "all", metric) for metric, _ in metrics] for m in models]
-    return md_table(["Model"] + [label for _, label in metrics], rows)
+    rows = [[m, setting[m]] + [_cell(summary, m, "overall", "all", metric) for metric, _ in metrics] for m in models]
+    return md_table(["Model", "Setting"] + [label for _, label in metrics], rows)
 
 
 def table3(con, models: list[str]) -> str:
@@ -167,6 +178,7 @@ def run(ctx):
                     "failed_judge_calls bigint, vision boolean, with_captions boolean)")
         con.executemany("insert into coverage values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", coverage_rows(con, ctx.input_paths("responses")))
         models = [r[0] for r in con.execute("select distinct model from scores order by model").fetchall()]
+        setting = settings_of(con, models)
         summary = {(r["model"], r["grouping"], r["grp"], r["metric"]): r for r in ctx.read_rows("summary")}
         coverage = con.execute("select * exclude (failed_by_reason) from coverage order by model").fetchall()
         cov_headers = ["Model", "Questions", "Responses", "Failed generations", "Scored", "C-F1 missing", "Acc missing",
@@ -177,9 +189,11 @@ def run(ctx):
             "Acc answer accuracy (mcitebench.txt §4). A failed judge call is missing, never 0: means are over the responses "
             "where the metric is present, and \"(k missing)\" counts the rest.",
             "## Coverage", md_table(cov_headers, [list(r) for r in coverage]),
-            "## Main results (cf. Table 2)", table2(summary, models),
-            "## All metrics, overall", overall(summary, models),
-            "## Scores by evidence modality (cf. Table 4)", table4(summary, models),
+            "Setting: \"Cap.\" rows had figure and table captions after their images, as in the seed's main results "
+            "(Table 2); \"No Cap.\" rows are the Table 14 ablation; \"text-only\" models read captions or labels in place of images.",
+            "## Main results (cf. Table 2)", table2(summary, models, setting),
+            "## All metrics, overall", overall(summary, models, setting),
+            "## Scores by evidence modality (cf. Table 4)", table4(summary, models, setting),
             "## Source identification, multiple choice (cf. Table 3)", table3(con, models),
             *(["## Citation judgements by how items were shown (judge calls made)", judge_modes(con, models)]
               if ctx.has_input("citation_judgements") else []),

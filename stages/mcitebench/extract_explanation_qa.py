@@ -1,88 +1,185 @@
-"""Explanation QA pairs (MCiteBench §3.3, prompt of Table 5): from each reviewer question and the
-authors' response under it, extract (question, answer, evidence references).
+"""Explanation QA triples (MCiteBench §3.3-3.4, prompt of Table 5): every valid question-answer-
+evidence triple of a rebuttal thread.
 
-The answer is the authors' response as written. Its explicit references ("Table 3", "Section 4.2,
-Line 39", "Figure 2, Figure 3") are found by the deterministic parser in stages/core/refs.py, the
-same one pair_evidence resolves them with; a thread whose response cites nothing is rejected
-before any model call (`no_explicit_reference`). The model (prompts/mcitebench_explanation_qa.md)
-rewrites the reviewer's question as a neutral, self-contained question and judges whether the
-thread yields a valid triple. Rejects: `invalid_answer` (no schema-valid answer after retries),
-`not_qualified` (the model judged the thread invalid; its reason is kept), and
-`question_cites_evidence` (the question still names a section, line, figure or table).
+A thread is one reviewer note (a review or a reviewer's comment) with the authors' responses under
+it. A review usually raises several points and the rebuttal answers them one by one; Table 5 asks
+for the valid triples, so the model (prompts/mcitebench_explanation_qa.md) returns a list: per
+reviewer point, a neutral self-contained question, where the span of the authors' response that
+answers that point starts and ends (its first and last words, copied, so a long answer fits a short
+answer schema), the evidence the span cites, validity and a reason.
+
+A small model judges poorly, so deterministic checks decide what can be checked:
+- the span's first and last words must occur, in that order, in the authors' response (case and
+  whitespace aside); the stored answer is the response's own text from the first to the last
+  (`answer_not_in_response` otherwise), and it must hold at least `min_answer_words` words besides
+  its references (`answer_too_short`: a bare "Section 4.1" answers nothing);
+- the evidence is what the reference parser (stages/core/refs.py, also used by pair_evidence)
+  finds in that span and nowhere else, so a triple never inherits references that answer another
+  point; the model's own evidence list is only compared (stat `model_evidence_differs`); a span
+  that cites nothing is `no_explicit_reference`;
+- the question must not name a section, line, figure or table (`question_cites_evidence`);
+- a (question, span) proposed twice, e.g. from two overlapping parts, is kept once
+  (`duplicate_triple`); a triple the model itself judges invalid is `not_qualified`.
+
+Long threads: the reviewer note and the response are split at paragraph, then sentence,
+boundaries into parts of at most `max_prompt_chars` characters, and every (reviewer part, response
+part) pair is one call, so no text past a limit goes unseen (stat `parts_split` counts splits).
 
 Inputs:  threads (mcitebench_threads)
 Outputs: qa (mcitebench_qa, question_type "explanation", references = canonical labels)
-Params:  llm (the config `llm:` section), max_prompt_chars (question and response are cut to this
-         many characters in the prompt only; the answer keeps the full response)
+Counting (a fan-out stage): the items are whole threads rejected before or after the model
+(`empty_thread`, `no_explicit_reference` when the whole response cites nothing: no call is made;
+`no_triple` when the model proposes none), failed calls (`invalid_answer`, raw text kept, id
+`<thread>#<pair>`) and candidate triples (each written or rejected as above). rows in = rows out +
+rejected over those items.
 """
 from __future__ import annotations
+
+import re
+
+import blingfire
 
 from stages.core.ids import content_id
 from stages.core.llm import LLMClient, LLMRequest
 from stages.core.refs import parse_refs, unique_refs
-from stages.core.stage import Input, Output, Param, Stage
+from stages.core.stage import Input, Output, Param, Reject, Stage
 
-VERSION = "1"
+VERSION = "2"  # 2: every triple of a thread, answer = the span that answers it, long threads split
 PROMPT = "mcitebench_explanation_qa"
 
 
-def clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit].rstrip() + " [...]"
+def split_parts(text: str, limit: int) -> list[str]:
+    """Paragraphs packed into parts of at most `limit` characters; a longer paragraph is split by
+    sentences, and a longer sentence by characters. Nothing is dropped."""
+    pieces: list[str] = []
+    for paragraph in (p.strip() for p in re.split(r"\n\s*\n", text)):
+        if not paragraph:
+            continue
+        if len(paragraph) <= limit:
+            pieces.append(paragraph)
+            continue
+        for sentence in blingfire.text_to_sentences(paragraph).split("\n"):
+            pieces += [sentence[i:i + limit] for i in range(0, len(sentence), limit)] if sentence else []
+    parts: list[str] = []
+    for piece in pieces:
+        if parts and len(parts[-1]) + 2 + len(piece) <= limit:
+            parts[-1] += "\n\n" + piece
+        else:
+            parts.append(piece)
+    return parts
+
+
+def _words_pattern(text: str) -> str | None:
+    words = re.findall(r"\S+", text.strip().strip("\"'“”"))
+    return r"\s+".join(map(re.escape, words)) if words else None
+
+
+def locate_span(start: str, end: str, response: str) -> str | None:
+    """The response's own text from `start` to the end of `end` (matched word by word, ignoring case
+    and whitespace; `end` at or after `start`), or None when either is not in the response."""
+    first, last = _words_pattern(start), _words_pattern(end)
+    if first is None or last is None:
+        return None
+    for opening in re.finditer(first, response, re.IGNORECASE):
+        closing = re.compile(last, re.IGNORECASE).search(response, opening.start())
+        if closing is not None:
+            return response[opening.start():max(closing.end(), opening.end())]
+    return None
+
+
+def _normal(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.lower()))
 
 
 def run(ctx):
     limit = ctx.params["max_prompt_chars"]
-    todo = []  # (thread, references)
+    todo, requests = [], []  # todo: (thread, request ids)
     for thread in ctx.read_rows("threads"):
-        ctx.add_input()
-        response = (thread["response_text"] or "").strip()
-        if not (thread["question_text"] or "").strip() or not response:
-            ctx.reject(thread["id"], "empty_thread", "no reviewer question or no authors' response")
+        question, response = (thread["question_text"] or "").strip(), (thread["response_text"] or "").strip()
+        if not question or not response:
+            with ctx.item(thread["id"]):
+                raise Reject("empty_thread", "no reviewer question or no authors' response")
             continue
-        refs = unique_refs(parse_refs(response))
-        if not refs:
-            ctx.reject(thread["id"], "no_explicit_reference", f"the response cites no section, line, figure or table: {clip(response, 300)}")
+        if not parse_refs(response):
+            with ctx.item(thread["id"]):
+                raise Reject("no_explicit_reference", f"the response cites no section, line, figure or table: {response[:300]}")
             continue
-        todo.append((thread, [r.label for r in refs]))
-    requests = [
-        LLMRequest(id=thread["id"], prompt=PROMPT, variables={
-            "question": clip(thread["question_text"].strip(), limit),
-            "response": clip(thread["response_text"].strip(), limit),
-            "evidence": ", ".join(labels),
-        })
-        for thread, labels in todo
-    ]
+        review_parts, response_parts = split_parts(question, limit), split_parts(response, limit)
+        ctx.stats["parts_split"] += len(review_parts) * len(response_parts) - 1
+        ids = []
+        for i, review_part in enumerate(review_parts):
+            for j, response_part in enumerate(response_parts):
+                ids.append(f"{thread['id']}#{i}.{j}")
+                requests.append(LLMRequest(id=ids[-1], prompt=PROMPT, variables={"question": review_part, "response": response_part}))
+        todo.append((thread, ids))
+
     with LLMClient.from_params(ctx.params["llm"], stats=ctx.stats) as client:
-        answers = client.run(requests, desc="explanation QA")
-    for (thread, labels), answer in zip(todo, answers):
-        if not answer.ok:
-            ctx.reject(thread["id"], "invalid_answer", answer.detail)
-            continue
-        question, reason = answer.value["question"].strip(), answer.value["reason"].strip()
-        if not answer.value["valid"]:
-            ctx.reject(thread["id"], "not_qualified", f"judge: {reason} | question: {question}")
-            continue
-        cited = parse_refs(question)
-        if cited:
-            ctx.reject(thread["id"], "question_cites_evidence", f"{', '.join(r.label for r in cited)} in: {question}")
-            continue
-        ctx.write("qa", [{
-            "id": content_id("mcq", "explanation", thread["id"]), "paper_id": thread["paper_id"],
-            "question_type": "explanation", "question": question, "answer": thread["response_text"].strip(),
-            "references": labels, "evidence_element_ids": [], "options": [], "gold": None,
-            "explanation": reason, "source_id": thread["id"],
-        }])
+        answers = dict(zip((r.id for r in requests), client.run(requests, desc="explanation QA")))
+
+    for thread, ids in todo:
+        response = thread["response_text"].strip()
+        seen: set[tuple[str, str]] = set()
+        candidates = 0
+        for call_id in ids:
+            answer = answers[call_id]
+            if not answer.ok:
+                with ctx.item(call_id):
+                    raise Reject("invalid_answer", answer.detail)
+                continue
+            for k, triple in enumerate(answer.value["triples"]):
+                candidates += 1
+                with ctx.item(f"{call_id}/{k}"):
+                    ctx.write("qa", [_checked(thread, triple, response, seen, ctx.params["min_answer_words"], ctx.stats)])
+        if candidates == 0 and all(answers[i].ok for i in ids):
+            with ctx.item(thread["id"]):
+                raise Reject("no_triple", "the model proposed no question-answer-evidence triple")
+
+
+def _checked(thread: dict, triple: dict, response: str, seen: set, min_words: int, stats) -> dict:
+    """One candidate triple as a qa row, or a Reject saying which check it fails."""
+    question, reason = triple["question"].strip(), triple["reason"].strip()
+    if not triple["valid"]:
+        raise Reject("not_qualified", f"judge: {reason} | question: {question}")
+    answer = locate_span(triple["answer_start"], triple["answer_end"], response)
+    if answer is None:
+        raise Reject("answer_not_in_response", f"from {triple['answer_start'][:150]!r} to {triple['answer_end'][:150]!r}")
+    refs = parse_refs(answer)
+    labels = [r.label for r in unique_refs(refs)]
+    if not labels:
+        raise Reject("no_explicit_reference", f"the answer span cites nothing: {answer[:300]}")
+    prose = answer
+    for start, end in sorted({r.span for r in refs}, reverse=True):  # a list's items share one span
+        prose = prose[:start] + " " + prose[end:]
+    if len(re.findall(r"\w+", prose)) < min_words:
+        raise Reject("answer_too_short", f"{answer[:300]!r} has fewer than {min_words} words besides its references")
+    cited = parse_refs(question)
+    if cited:
+        raise Reject("question_cites_evidence", f"{', '.join(r.label for r in cited)} in: {question}")
+    key = (_normal(question), _normal(answer))
+    if key in seen:
+        raise Reject("duplicate_triple", f"proposed twice: {question}")
+    seen.add(key)
+    if sorted(r.label for r in unique_refs(parse_refs(triple["evidence"]))) != sorted(labels):
+        stats["model_evidence_differs"] += 1
+    return {
+        "id": content_id("mcq", "explanation", thread["id"], key[1]), "paper_id": thread["paper_id"],
+        "question_type": "explanation", "question": question, "answer": answer,
+        "references": labels, "evidence_element_ids": [], "options": [], "gold": None,
+        "explanation": reason, "source_id": thread["id"],
+    }
 
 
 STAGE = Stage(
     name="extract_explanation_qa",
     version=VERSION,
     doc=__doc__,
-    inputs={"threads": Input("reviewer question / authors' response threads (mcitebench_threads)", many=True)},
-    outputs={"qa": Output("mcitebench_qa", "explanation QA pairs with their explicit references")},
+    inputs={"threads": Input("reviewer question / authors' response threads", many=True, table="mcitebench_threads")},
+    outputs={"qa": Output("mcitebench_qa", "explanation QA triples, each with the references of its own answer span")},
     params={
         "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...)"),
-        "max_prompt_chars": Param(int, 4000, "question and response are cut to this length in the prompt"),
+        "max_prompt_chars": Param(int, 4000, "reviewer note and response are split into parts of at most this length; "
+                                             "every pair of parts is one call"),
+        "min_answer_words": Param(int, 5, "an answer span needs this many words besides its references"),
     },
     run=run,
 )

@@ -1,5 +1,6 @@
-"""Quality control (MCiteBench §3.5): a model assigns quality labels to every (Q, A, E, D) sample
-on the seed's criteria, relevance, clarity and evidence alignment (0 poor, 1 acceptable, 2 good;
+"""Quality control (MCiteBench §3.5): a model assigns quality labels to every (Q, A, E, D) sample,
+shown whole (the question, the answer, the evidence and the distractors sampled beside it), on the
+seed's criteria, relevance, clarity and evidence alignment (0 poor, 1 acceptable, 2 good;
 prompts/mcitebench_quality_control.md), and samples scoring below `min_score` on any criterion are
 rejected (`low_quality`, with the judge's reason). The scores are their own table, so changing the
 threshold re-decides from cached calls. A sample without a schema-valid judgement is rejected
@@ -7,10 +8,11 @@ threshold re-decides from cached calls. A sample without a schema-valid judgemen
 
 The seed then has annotators verify the kept samples; this stage exports the review sheet for
 them: a CSV with one row per kept sample (question, answer, options, evidence keys and contents,
-the judge's scores and reason) and an empty `decision` column to fill with `keep` or `reject`
+distractors, the judge's scores and reason) and an empty `decision` column to fill with `keep` or `reject`
 (and an optional `note`). release_mcitebench imports the filled-in sheet and honours it.
 
-Inputs:  questions (mcitebench_questions), evidence (mcitebench_evidence), elements (mcitebench_elements)
+Inputs:  questions (mcitebench_questions), evidence (mcitebench_evidence), distractors
+         (mcitebench_distractors), elements (mcitebench_elements)
 Outputs: questions (kept, counted), judgements (mcitebench_judgements, every judged question),
          review_sheet (CSV file)
 Params:  llm, min_score, attach_images, max_evidence_chars
@@ -25,10 +27,10 @@ from stages.core.llm import LLMClient, LLMRequest
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "1"
+VERSION = "2"  # 2: the judge and the review sheet see the distractors too (§3.5 checks the whole sample)
 PROMPT = "mcitebench_quality_control"
 CRITERIA = ("relevance", "clarity", "evidence_alignment")
-SHEET_COLUMNS = ["question_id", "question_type", "paper_id", "question", "answer", "options", "gold", "evidence",
+SHEET_COLUMNS = ["question_id", "question_type", "paper_id", "question", "answer", "options", "gold", "evidence", "distractors",
                  "relevance", "clarity", "evidence_alignment", "judge_reason", "decision", "note"]
 
 
@@ -50,25 +52,32 @@ def run(ctx):
     evidence: dict[str, list[dict]] = collections.defaultdict(list)
     for row in ctx.read_rows("evidence"):
         evidence[row["question_id"]].append(row)
+    distractors: dict[str, list[dict]] = collections.defaultdict(list)
+    for row in ctx.read_rows("distractors"):
+        distractors[row["question_id"]].append(row)
     questions = ctx.read_rows("questions")
     ctx.add_input(len(questions))
     items, requests = [], []
     for q in questions:
         rows = sorted(evidence[q["id"]], key=lambda r: r["rank"])
-        missing = [r["element_id"] for r in rows if r["element_id"] not in elements]
+        others = sorted(distractors[q["id"]], key=lambda r: r["rank"])
+        missing = [r["element_id"] for r in rows + others if r["element_id"] not in elements]
         if missing or not rows:
             ctx.reject(q["id"], "unknown_evidence", f"evidence elements not in the elements table: {missing or 'none recorded'}")
             continue
         shown = [{"key": r["key"], "modality": r["modality"], "content": evidence_text(elements[r["element_id"]], p["max_evidence_chars"])} for r in rows]
+        shown_distractors = [{"key": elements[r["element_id"]]["label"] or f"D{r['rank']}", "modality": r["modality"],
+                              "content": evidence_text(elements[r["element_id"]], p["max_evidence_chars"])} for r in others]
         images = [elements[r["element_id"]]["image_sha256"] for r in rows if p["attach_images"] and r["modality"] != "text"]
         answer = q["answer"] if q["question_type"] == "explanation" else f"{q['gold']}. {q['answer']}"
-        items.append((q, shown))
+        items.append((q, shown, shown_distractors))
         requests.append(LLMRequest(id=q["id"], prompt=PROMPT, images=images, variables={
-            "question_type": q["question_type"], "question": q["question"], "answer": answer, "evidence": shown}))
+            "question_type": q["question_type"], "question": q["question"], "answer": answer, "evidence": shown,
+            "distractors": shown_distractors}))
     with LLMClient.from_params(p["llm"], stats=ctx.stats) as client:
         answers = client.run(requests, desc="quality control")
     sheet = []
-    for (q, shown), answer in zip(items, answers):
+    for (q, shown, shown_distractors), answer in zip(items, answers):
         if not answer.ok:
             ctx.write("judgements", [{"question_id": q["id"], **{c: None for c in CRITERIA}, "reason": answer.error, "decision": "reject"}])
             ctx.reject(q["id"], "invalid_answer", answer.detail)
@@ -85,6 +94,7 @@ def run(ctx):
             "question_id": q["id"], "question_type": q["question_type"], "paper_id": q["paper_id"], "question": q["question"],
             "answer": q["answer"], "options": " | ".join(f"{letter}. {option}" for letter, option in zip("ABCD", q["options"])), "gold": q["gold"] or "",
             "evidence": "\n".join(f"[{s['key']}] ({s['modality']}) {s['content']}" for s in shown),
+            "distractors": "\n".join(f"[{s['key']}] ({s['modality']}) {s['content']}" for s in shown_distractors),
             **scores, "judge_reason": reason, "decision": "", "note": "",
         })
     buf = io.StringIO()
@@ -102,6 +112,7 @@ STAGE = Stage(
     inputs={
         "questions": Input("questions with evidence and distractors (mcitebench_questions)", many=True),
         "evidence": Input("evidence rows (mcitebench_evidence)", many=True),
+        "distractors": Input("distractor rows (mcitebench_distractors)", many=True),
         "elements": Input("parsed paper elements (mcitebench_elements)", many=True),
     },
     outputs={
