@@ -1,25 +1,81 @@
-"""Config validation against `schemas/config.schema.yaml` before any job runs.
+"""Config validation against `schemas/config.schema.yaml` before any job runs, and the one JSON
+Schema checker that the stage CLI's `--params` goes through too.
 
 The top-level schema holds the run-wide keys and `$ref`s one schema per section
-(`schemas/config/<section>.schema.yaml`), so each benchmark family owns its own file. Every object
-sets `additionalProperties: false`, so a typo'd key fails naming its full path.
+(`schemas/config/<section>.schema.yaml`). A family section's stage subsections are named after
+the stage they feed and generated from that stage's `Param` declarations
+(`python -m stages.core.config_schema --write`), so a setting's type, range and choices are
+written once. Every object sets `additionalProperties: false`, so a typo'd key fails naming its
+full path; a key of the old layout fails naming its new name.
 """
 from __future__ import annotations
 
+import ipaddress
+from functools import lru_cache
 from pathlib import Path
+from typing import Any, Iterator
 
 import jsonschema
 import yaml
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from .layout import PLAIN_NAME
+
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+
+
+# Config keys of the old layout -> their names now (sections are named after the stage they feed).
+RENAMED = {
+    "mavis.pushshift": "mavis.harvest_pushshift",
+    "mavis.filter": "mavis.filter_questions",
+    "mavis.release": "mavis.release_mavis",
+    "images.cache": "images.cache_images",
+    "images.filter": "images.filter_images",
+    "images.dedup": "images.phash_dedup",
+    "m2rag.harvest": "m2rag.harvest_hub_dataset",
+    "m2rag.filter": "m2rag.filter_queries",
+    "m2rag.classify": "m2rag.classify_queries",
+    "m2rag.release": "m2rag.release_m2rag",
+    "mcitebench.openreview": "mcitebench.harvest_openreview",
+    "mcitebench.parse": "mcitebench.parse_pdfs",
+    "mcitebench.explanation_qa": "mcitebench.extract_explanation_qa",
+    "mcitebench.locating_qa": "mcitebench.generate_locating_qa",
+    "mcitebench.pairing": "mcitebench.pair_evidence",
+    "mcitebench.distractors": "mcitebench.sample_distractors",
+    "mcitebench.release": "mcitebench.release_mcitebench",
+    "evaluate.seed": "evaluate.generate_answers.seed",
+    "evaluate.limit": "evaluate.generate_answers.limit",
+    "evaluate.max_tokens": "evaluate.generate_answers.max_tokens",
+    "evaluate.with_captions": "evaluate.generate_answers.with_captions",
+    "evaluate.title": "evaluate.report_mcitebench.title",
+}
 
 
 class ConfigError(ValueError):
     pass
 
 
+def _is_integer(checker, value: Any) -> bool:
+    # JSON Schema counts 2.0 as an integer; a stage handed 2.0 for a count would fail later.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
+)
+FORMATS = jsonschema.FormatChecker(formats=())
+
+
+@FORMATS.checks("cidr", raises=ValueError)
+def _is_cidr(value: Any) -> bool:
+    if isinstance(value, str):
+        ipaddress.ip_network(value, strict=False)  # what the fetch layer's address guard parses
+    return True
+
+
+@lru_cache(maxsize=None)
 def _registry(root: Path) -> Registry:
     resources = []
     for path in sorted(root.rglob("*.schema.yaml")):
@@ -28,22 +84,67 @@ def _registry(root: Path) -> Registry:
     return Registry().with_resources(resources)
 
 
-def validate_config(config: dict, schemas: Path = SCHEMAS) -> None:
-    """Raise ConfigError naming every bad key (dotted path) and why."""
-    schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
-    validator = jsonschema.Draft202012Validator(schema, registry=_registry(schemas))
-    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    if not errors:
-        return
-    lines = []
-    for err in errors:
-        where = ".".join(str(p) for p in err.absolute_path) or "<top level>"
-        if err.validator == "additionalProperties":
-            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-            for key in extra:
-                key_path = f"{where}.{key}" if err.absolute_path else key
-                allowed = ", ".join(sorted(err.schema.get("properties", {})))
-                lines.append(f"unknown config key '{key_path}' (allowed here: {allowed})")
+_FORMAT_WORDS = {"cidr": "a CIDR network such as 10.0.0.0/8 or 127.0.0.1/32"}
+_PY_TYPES = {"integer": "int", "number": "float", "string": "str", "boolean": "bool", "array": "list", "object": "dict", "null": "null"}
+
+
+def _problem(err: jsonschema.ValidationError) -> str:
+    """The end of a one-line message `<key> <problem>`, in the words of a Param declaration."""
+    value, expected = err.instance, err.validator_value
+    if err.validator == "type":
+        kinds = [expected] if isinstance(expected, str) else expected
+        return f"must be {' or '.join(_PY_TYPES[k] for k in kinds)}, got {type(value).__name__} {value!r}"
+    if err.validator == "enum":
+        return f"must be one of {expected}, got {value!r}"
+    if err.validator == "const":
+        return f"must be {expected!r}, got {value!r}"
+    if err.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        op = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[err.validator]
+        return f"must be {op} {expected}, got {value!r}"
+    if err.validator in ("minItems", "maxItems", "minProperties", "maxProperties", "minLength", "maxLength"):
+        least = "at least" if err.validator.startswith("min") else "at most"
+        what = {"I": "items", "P": "keys", "L": "characters"}[err.validator[3]]
+        return f"must have {least} {expected} {what}, got {len(value)}"
+    if err.validator == "pattern" and expected == PLAIN_NAME:
+        return f"must be a plain name (letters, digits, '_', '.', '-'; no '/', not starting with '.'), got {value!r}"
+    if err.validator == "pattern":
+        return f"must match {expected}, got {value!r}"
+    if err.validator == "format":
+        return f"must be {_FORMAT_WORDS.get(expected, expected)}, got {value!r}"
+    if err.validator == "required":
+        missing = [key for key in expected if key not in value]
+        return f"misses required key(s) {missing}"
+    return err.message
+
+
+def schema_errors(schema: dict, value: Any, root: Path = SCHEMAS, base: str | None = "config/") -> Iterator[tuple[str, str]]:
+    """(dotted path, problem) for each way `value` breaks `schema` (sorted by path). `$ref`s resolve
+    from `base` inside `root` (by default as if the schema sat in schemas/config/: `llm.schema.yaml`).
+    An unknown key comes as (path to the key, "is unknown (allowed here: ...)")."""
+    if base is not None:
+        schema = {"$id": f"{base}_check.schema.yaml", **schema}
+    validator = Validator(schema, registry=_registry(root), format_checker=FORMATS)
+    for err in sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.absolute_path))):
+        where = "".join(f".{part}" for part in err.absolute_path)
+        if err.validator == "additionalProperties" and err.validator_value is False:
+            allowed = ", ".join(sorted(err.schema.get("properties", {})))
+            for key in sorted(set(err.instance) - set(err.schema.get("properties", {}))):
+                yield f"{where}.{key}", f"is unknown (allowed here: {allowed})"
         else:
-            lines.append(f"config key '{where}': {err.message}")
-    raise ConfigError("invalid config:\n  " + "\n  ".join(lines))
+            yield where, _problem(err)
+
+
+def validate_config(config: dict, schemas: Path = SCHEMAS) -> None:
+    """Raise ConfigError naming every bad key (dotted path) and why, one line each."""
+    schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
+    lines = []
+    for where, problem in schema_errors(schema, config, schemas, base=None):
+        key = where.lstrip(".") or "<top level>"
+        if key in RENAMED:
+            lines.append(f"config key '{key}' was renamed to '{RENAMED[key]}'")
+        elif problem.startswith("is unknown"):
+            lines.append(f"unknown config key '{key}' {problem[len('is unknown '):]}")
+        else:
+            lines.append(f"config key '{key}' {problem}")
+    if lines:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(lines))
