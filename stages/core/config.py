@@ -117,10 +117,11 @@ def _problem(err: jsonschema.ValidationError) -> str:
     return err.message
 
 
-def schema_errors(schema: dict, value: Any, root: Path = SCHEMAS, base: str | None = "config/") -> Iterator[tuple[str, str]]:
-    """(dotted path, problem) for each way `value` breaks `schema` (sorted by path). `$ref`s resolve
-    from `base` inside `root` (by default as if the schema sat in schemas/config/: `llm.schema.yaml`).
-    An unknown key comes as (path to the key, "is unknown (allowed here: ...)")."""
+def schema_errors(schema: dict, value: Any, root: Path = SCHEMAS, base: str | None = "config/") -> Iterator[tuple[str, str, str]]:
+    """(dotted path, problem, JSON Schema keyword) for each way `value` breaks `schema`, sorted by
+    path. `$ref`s resolve from `base` inside `root` (by default as if the schema sat in
+    schemas/config/: `llm.schema.yaml`). An unknown key comes as (path to the key, "is unknown
+    (allowed here: ...)", "additionalProperties")."""
     if base is not None:
         schema = {"$id": f"{base}_check.schema.yaml", **schema}
     validator = Validator(schema, registry=_registry(root), format_checker=FORMATS)
@@ -129,21 +130,21 @@ def schema_errors(schema: dict, value: Any, root: Path = SCHEMAS, base: str | No
         if err.validator == "additionalProperties" and err.validator_value is False:
             allowed = ", ".join(sorted(err.schema.get("properties", {})))
             for key in sorted(set(err.instance) - set(err.schema.get("properties", {}))):
-                yield f"{where}.{key}", f"is unknown (allowed here: {allowed})"
+                yield f"{where}.{key}", f"is unknown (allowed here: {allowed})", err.validator
         else:
-            yield where, _problem(err)
+            yield where, _problem(err), err.validator
 
 
 def validate_config(config: dict, schemas: Path = SCHEMAS) -> None:
     """Raise ConfigError naming every bad key (dotted path) and why, one line each."""
     schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
     lines = []
-    for where, problem in schema_errors(schema, config, schemas, base=None):
+    for where, problem, keyword in schema_errors(schema, config, schemas, base=None):
         key = where.lstrip(".") or "<top level>"
-        if key in RENAMED:
+        if keyword == "additionalProperties" and key in RENAMED:
             lines.append(f"config key '{key}' was renamed to '{RENAMED[key]}'")
-        elif problem.startswith("is unknown"):
-            lines.append(f"unknown config key '{key}' {problem[len('is unknown '):]}")
+        elif keyword == "additionalProperties":
+            lines.append(f"unknown config key '{key}' {problem.removeprefix('is unknown ')}")
         else:
             lines.append(f"config key '{key}' {problem}")
     if lines:

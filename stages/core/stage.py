@@ -50,8 +50,9 @@ REQUIRED = object()
 
 
 _JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", list: "array", dict: "object"}
-_BOUND_KEYS = {  # what min/max bound: a number's value, a list's items, a string's length
+_BOUND_KEYS = {  # what min/max bound: a number's value, a list's items, a dict's keys, a string's length
     int: {"min": "minimum", "max": "maximum"},
+    float: {"min": "minimum", "max": "maximum"},
     list: {"min": "minItems", "max": "maxItems"},
     dict: {"min": "minProperties", "max": "maxProperties"},
     str: {"min": "minLength", "max": "maxLength"},
@@ -64,9 +65,10 @@ class Param:
     feeds a stage is generated from these declarations (stages/core/config_schema.py), and the CLI
     checks `--params` against the same schema, so the two cannot disagree.
 
-    `choices` lists the allowed values; `min`/`max` bound a number (inclusive) or a list's length,
-    `above` is an exclusive lower bound (a timeout must be above 0); `pattern` is a regex a string
-    must match in full. `items` types a list's elements or a dict's values (a type or a Param);
+    `choices` lists the allowed values; `min`/`max` bound a number (inclusive), or the length of a
+    list, dict or string; `above` is an exclusive lower bound (a timeout must be above 0);
+    `pattern` is a regex a string must match (anchor it; `Param.PLAIN_NAME` for a name that becomes
+    a folder). `items` types a list's elements or a dict's values (a type or a Param);
     `fields` makes a dict a record with these keys (required where the Param has no default).
     `schema` names a run-wide section schema (`llm`, `fetch`: schemas/config/<schema>.schema.yaml)
     that a dict param is checked against. A default of None makes the param nullable.
@@ -97,7 +99,7 @@ class Param:
             out["enum"] = [*self.choices, *([None] if self.default is None else [])]
         for bound, side in ((self.min, "min"), (self.max, "max")):
             if bound is not None:
-                out[_BOUND_KEYS.get(self.type, _BOUND_KEYS[int])[side]] = bound
+                out[_BOUND_KEYS[self.type][side]] = bound
         if self.above is not None:
             out["exclusiveMinimum"] = self.above
         if self.pattern is not None:
@@ -142,7 +144,7 @@ class Param:
         StageError naming the param, the offending entry and what was expected."""
         from .config import schema_errors  # jsonschema is only needed when params are checked
 
-        for where, problem in schema_errors(self.json_schema(with_default=False), value):
+        for where, problem, _ in schema_errors(self.json_schema(with_default=False), value):
             raise StageError(f"param {name + where!r} {problem}")
         if self.type is float and isinstance(value, int) and not isinstance(value, bool):
             return float(value)
@@ -266,7 +268,10 @@ def load_params(stage: Stage, params_arg: str | None, overrides: list[str]) -> d
         key, sep, value = item.partition("=")
         if not sep:
             raise StageError(f"--param expects KEY=VALUE, got {item!r}")
-        given[key] = yaml.safe_load(value)
+        try:
+            given[key] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise StageError(f"--param {key}: {value!r} is not a valid YAML value ({getattr(err, 'problem', None) or err})") from None
     unknown = sorted(set(given) - set(stage.params))
     if unknown:
         raise StageError(f"unknown param(s) {unknown}; {stage.name} takes {sorted(stage.params)}")
