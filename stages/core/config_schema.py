@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from .config import SCHEMAS
+from .schema_check import SCHEMAS
 from .layout import stage_module
 from .stage import REQUIRED, Param
 

@@ -142,7 +142,7 @@ class Param:
     def check(self, name: str, value: Any) -> Any:
         """The value if it fits this param (an int where a float is due becomes a float), else a
         StageError naming the param, the offending entry and what was expected."""
-        from .config import schema_errors  # jsonschema is only needed when params are checked
+        from .schema_check import schema_errors  # jsonschema is only needed when params are checked
 
         for where, problem, _ in schema_errors(self.json_schema(with_default=False), value):
             raise StageError(f"param {name + where!r} {problem}")
