@@ -3,12 +3,16 @@
 #   snakemake --cores 2 catalog      data/runs/<run>/catalog.duckdb over every stage output
 #   snakemake --cores 2 evaluate     run the configured models on the releases and score them
 import os
+import sys
 
-from stages.core.config import validate_config
+from stages.core.config import ConfigError, validate_config
 
 configfile: "config/config.yaml"
 
-validate_config(config)  # fails before any job runs, naming the bad key
+try:
+    validate_config(config)  # fails before any job runs, naming the bad key
+except ConfigError as err:
+    sys.exit(str(err))  # the message alone: one line per bad key, no traceback
 
 include: "rules/common.smk"
 include: "rules/mavis.smk"

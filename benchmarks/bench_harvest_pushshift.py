@@ -58,7 +58,7 @@ def main() -> None:
                 lines += 1
         baseline = time.perf_counter() - started
 
-        config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["mavis"]["pushshift"]
+        config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["mavis"]["harvest_pushshift"]
         params = {k: v for k, v in config.items() if k != "files"}
         out = tmp / "out"
         argv = [f"--input=dumps={d}" for d in dumps]

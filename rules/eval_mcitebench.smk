@@ -48,7 +48,7 @@ if EV.get("enabled", False):
             # keys left out of the config take the stage's defaults; a model's own with_captions wins
             settings=lambda w: settings({
                 **_candidate(w),
-                **{k: EV[k] for k in ("seed", "limit", "max_tokens", "with_captions") if k in EV},
+                **EV.get("generate_answers", {}),
                 **{k: _model(w)[k] for k in ("with_captions",) if k in _model(w)},
             }),
         resources:
@@ -183,7 +183,7 @@ if EV.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("report_mcitebench"),
-            settings=settings({"title": EV.get("title", "MCiteBench evaluation")}),
+            settings=settings({"title": "MCiteBench evaluation", **EV.get("report_mcitebench", {})}),
         log:
             f"{RUNDIR}/logs/eval_mcitebench/report_mcitebench.log",
         benchmark:

@@ -23,7 +23,7 @@ if IMAGES.get("enabled", False) and config.get("mavis", {}).get("enabled", False
             version=stage_version("cache_images"),
             settings=lambda w: settings({
                 "owner_column": "id", "url_column": "image_urls", "store": IMAGES.get("store", "data/cache/images"),
-                "fetch": _fetch, **IMAGES.get("cache", {}),
+                "fetch": _fetch, **IMAGES.get("cache_images", {}),
                 "record_warc": _record["sidecar_warc"].format(shard=w.shard) if _record else "",
             }),
         log:
@@ -45,10 +45,10 @@ if IMAGES.get("enabled", False) and config.get("mavis", {}).get("enabled", False
             version=stage_version("filter_images"),
             settings=settings({
                 "store": IMAGES.get("store", "data/cache/images"), "text_key": "owner_id",
-                "text_id_column": "id", "text_column": "question", **IMAGES.get("filter", {}),
+                "text_id_column": "id", "text_column": "question", **IMAGES.get("filter_images", {}),
             }),
         resources:
-            gpu=int(IMAGES.get("filter", {}).get("device") == "cuda"),
+            gpu=int(IMAGES.get("filter_images", {}).get("device") == "cuda"),
         log:
             log_path("mavis", "filter_images", "{shard}"),
         benchmark:
@@ -65,7 +65,7 @@ if IMAGES.get("enabled", False) and config.get("mavis", {}).get("enabled", False
         params:
             io=stage_io,
             version=stage_version("phash_dedup"),
-            settings=settings({"store": IMAGES.get("store", "data/cache/images"), **IMAGES.get("dedup", {})}),
+            settings=settings({"store": IMAGES.get("store", "data/cache/images"), **IMAGES.get("phash_dedup", {})}),
         log:
             log_path("mavis", "phash_dedup", "{shard}"),
         benchmark:

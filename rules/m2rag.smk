@@ -5,17 +5,17 @@
 M2RAG = config.get("m2rag", {})
 
 
-def m2rag_llm(step):
-    return llm_with(M2RAG.get(step, {}).get("llm"))
+def m2rag_llm(stage):
+    return llm_with(M2RAG.get(stage, {}).get("llm"))
 
 
 if M2RAG.get("enabled", False):
-    _hub = {k: v for k, v in M2RAG["harvest"].items() if k != "data_files"}
+    _hub = {k: v for k, v in M2RAG["harvest_hub_dataset"].items() if k != "data_files"}  # data files are inputs
 
     rule harvest_hub_dataset:
         input:
             stage=stage_code("harvest_hub_dataset"),
-            data_files=M2RAG["harvest"].get("data_files", []),
+            data_files=M2RAG["harvest_hub_dataset"].get("data_files", []),
         output:
             queries=[run_path("m2rag", "harvest_hub_dataset", "queries", s) for s in SHARDS],
             sidecar_rejects=run_path("m2rag", "harvest_hub_dataset", "queries", SHARDS[0]) + ".rejects.parquet",
@@ -41,9 +41,9 @@ if M2RAG.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("filter_queries"),
-            settings=settings({"apply": M2RAG["filter"]["apply"], "llm": m2rag_llm("filter")}),
+            settings=settings({**M2RAG.get("filter_queries", {}), "llm": m2rag_llm("filter_queries")}),
         resources:
-            gpu=gpus(m2rag_llm("filter")),
+            gpu=gpus(m2rag_llm("filter_queries")),
         log:
             log_path("m2rag", "filter_queries", "{shard}"),
         benchmark:
@@ -62,9 +62,9 @@ if M2RAG.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("classify_queries"),
-            settings=settings({"categories": M2RAG["categories"], "llm": m2rag_llm("classify")}),
+            settings=settings({**M2RAG.get("classify_queries", {}), "categories": M2RAG["categories"], "llm": m2rag_llm("classify_queries")}),
         resources:
-            gpu=gpus(m2rag_llm("classify")),
+            gpu=gpus(m2rag_llm("classify_queries")),
         log:
             log_path("m2rag", "classify_queries", "{shard}"),
         benchmark:
@@ -84,7 +84,7 @@ if M2RAG.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("release_m2rag"),
-            settings=settings({**M2RAG["release"], "categories": M2RAG["categories"], "releases_dir": RELEASES_DIR}),
+            settings=settings({**M2RAG["release_m2rag"], "categories": M2RAG["categories"], "releases_dir": RELEASES_DIR}),
         log:
             log_path("m2rag", "release_m2rag"),
         benchmark:

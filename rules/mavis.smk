@@ -2,12 +2,12 @@
 MAVIS = config.get("mavis", {})
 
 if MAVIS.get("enabled", False):
-    _harvest = {k: v for k, v in MAVIS["pushshift"].items() if k != "files"}
+    _harvest = {k: v for k, v in MAVIS["harvest_pushshift"].items() if k != "files"}  # dumps are inputs
 
     rule harvest_pushshift:
         input:
             stage=stage_code("harvest_pushshift"),
-            dumps=MAVIS["pushshift"]["files"],
+            dumps=MAVIS["harvest_pushshift"]["files"],
         output:
             posts=[run_path("mavis", "harvest_pushshift", "posts", s) for s in SHARDS],
             comments=[run_path("mavis", "harvest_pushshift", "comments", s) for s in SHARDS],
@@ -34,7 +34,7 @@ if MAVIS.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("filter_questions"),
-            settings=settings(MAVIS["filter"]),
+            settings=settings(MAVIS["filter_questions"]),
         log:
             log_path("mavis", "filter_questions", "{shard}"),
         benchmark:
@@ -53,7 +53,7 @@ if MAVIS.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("release_mavis"),
-            settings=settings({**MAVIS["release"], "releases_dir": RELEASES_DIR}),
+            settings=settings({**MAVIS["release_mavis"], "releases_dir": RELEASES_DIR}),
         log:
             log_path("mavis", "release_mavis"),
         benchmark:

@@ -2,7 +2,7 @@
 # explanation and locating QA -> evidence pairing -> distractors -> quality control -> release.
 # The OpenReview harvest and PDF parsing rules live in rules/openreview.smk.
 MC = config.get("mcitebench", {})
-_CROPS = MC.get("parse", {}).get("image_store", "data/cache/images")  # where parse_pdfs puts figure/table crops
+_CROPS = MC.get("parse_pdfs", {}).get("image_store", "data/cache/images")  # where parse_pdfs puts figure/table crops
 
 
 def _llm(section):
@@ -10,9 +10,10 @@ def _llm(section):
     return llm_with(section.get("llm"), image_store=_CROPS)
 
 
-def _stage_settings(section, with_llm=False):
-    out = {k: v for k, v in MC.get(section, {}).items() if k != "llm"}
-    return {**out, "llm": _llm(MC.get(section, {}))} if with_llm else out
+def _stage_settings(stage, with_llm=False):
+    """The stage's section (mcitebench.<stage>); a model stage's llm overrides merged into llm:."""
+    out = {k: v for k, v in MC.get(stage, {}).items() if k != "llm"}
+    return {**out, "llm": _llm(MC.get(stage, {}))} if with_llm else out
 
 
 if MC.get("enabled", False):
@@ -29,9 +30,9 @@ if MC.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("extract_explanation_qa"),
-            settings=settings(_stage_settings("explanation_qa", with_llm=True)),
+            settings=settings(_stage_settings("extract_explanation_qa", with_llm=True)),
         resources:
-            gpu=gpus(_llm(MC.get("explanation_qa", {}))),
+            gpu=gpus(_llm(MC.get("extract_explanation_qa", {}))),
         log:
             log_path("mcitebench", "extract_explanation_qa"),
         benchmark:
@@ -49,9 +50,9 @@ if MC.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("generate_locating_qa"),
-            settings=settings(_stage_settings("locating_qa", with_llm=True)),
+            settings=settings(_stage_settings("generate_locating_qa", with_llm=True)),
         resources:
-            gpu=gpus(_llm(MC.get("locating_qa", {}))),
+            gpu=gpus(_llm(MC.get("generate_locating_qa", {}))),
         log:
             log_path("mcitebench", "generate_locating_qa"),
         benchmark:
@@ -70,7 +71,7 @@ if MC.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("pair_evidence"),
-            settings=settings(_stage_settings("pairing")),
+            settings=settings(_stage_settings("pair_evidence")),
         log:
             log_path("mcitebench", "pair_evidence"),
         benchmark:
@@ -90,7 +91,7 @@ if MC.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("sample_distractors"),
-            settings=settings(_stage_settings("distractors")),
+            settings=settings(_stage_settings("sample_distractors")),
         log:
             log_path("mcitebench", "sample_distractors"),
         benchmark:
@@ -136,7 +137,7 @@ if MC.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("release_mcitebench"),
-            settings=settings({"image_store": _CROPS, **MC.get("release", {}), "releases_dir": RELEASES_DIR}),
+            settings=settings({"image_store": _CROPS, **MC.get("release_mcitebench", {}), "releases_dir": RELEASES_DIR}),
         log:
             log_path("mcitebench", "release_mcitebench"),
         benchmark:

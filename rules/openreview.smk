@@ -1,11 +1,11 @@
 # MCiteBench sources (seed mcitebench.txt §3.2): OpenReview API v2 harvest -> papers, reviews,
 # comments, rebuttal threads and PDFs -> MinerU parsing into evidence elements.
-# Settings: the `mcitebench.openreview` (harvest_openreview params) and `mcitebench.parse`
-# (parse_pdfs params) sections of the config; parse reads the PDF store the harvest wrote.
+# Settings: the `mcitebench.harvest_openreview` and `mcitebench.parse_pdfs` sections of the config
+# (each the params of the stage it is named after); parse reads the PDF store the harvest wrote.
 OR = config.get("mcitebench", {})
 
 if OR.get("enabled", False):
-    _harvest = OR.get("openreview", {})
+    _harvest = OR.get("harvest_openreview", {})
     _raw = Path(_harvest.get("raw_cache", "data/cache/openreview/raw"))
 
     rule harvest_openreview:
@@ -39,7 +39,7 @@ if OR.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("parse_pdfs"),
-            settings=settings({**OR.get("parse", {}), "pdf_store": _harvest.get("pdf_store", "data/cache/pdfs")}),
+            settings=settings({**OR.get("parse_pdfs", {}), "pdf_store": _harvest.get("pdf_store", "data/cache/pdfs")}),
         log:
             log_path("mcitebench", "parse_pdfs"),
         benchmark:

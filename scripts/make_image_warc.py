@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--config", default="config/config.yaml")
     parser.add_argument("--out", default="data/samples/reddit/images.warc.gz", type=Path)
     args = parser.parse_args()
-    extensions = tuple(yaml.safe_load(Path(args.config).read_text())["mavis"]["pushshift"]["image_extensions"])
+    extensions = tuple(yaml.safe_load(Path(args.config).read_text())["mavis"]["harvest_pushshift"]["image_extensions"])
     lists = []
     for dump in args.dumps:
         for line in read_zstd_lines(dump):

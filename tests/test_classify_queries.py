@@ -46,5 +46,5 @@ def test_assigns_valid_categories_with_names(tmp_path):
 
 def test_malformed_category_list_fails_naming_it(tmp_path):
     result, out = classify(tmp_path, filtered(tmp_path, ["Why?"]), [{"id": "one", "name": "Society"}], check=False)
-    assert result.returncode != 0 and "param categories: each item needs an integer id and a name" in result.stderr
+    assert result.returncode != 0 and "param 'categories.0.id' must be int, got str 'one'" in result.stderr
     assert not out.exists()

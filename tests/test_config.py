@@ -1,13 +1,19 @@
-"""Config validation: the demo config is valid; typos and wrong types fail naming the key."""
+"""Config validation: the demo and the real recipe are valid; the family schemas are generated from
+the stages' Param declarations and the committed files match them; typos, wrong types and old
+section names fail naming the key; Param checks the stage CLI's params through the same schema."""
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 
 import pytest
 import yaml
 
 from conftest import REPO
-from stages.core.config import ConfigError, validate_config
+from stages.core.config import RENAMED, ConfigError, validate_config
+from stages.core.config_schema import main, outputs
+from stages.core.stage import Param, StageError
 
 
 @pytest.fixture
@@ -19,11 +25,65 @@ def test_demo_config_is_valid(demo):
     validate_config(demo)
 
 
-def test_typo_names_the_key(demo):
-    bad = copy.deepcopy(demo)
-    bad["mavis"]["filter"]["min_answer_char"] = 400
-    with pytest.raises(ConfigError, match=r"unknown config key 'mavis.filter.min_answer_char'"):
-        validate_config(bad)
+def test_real_recipe_layers_over_the_demo(demo):
+    """config/recipe_real.yaml is merged over the demo exactly as Snakemake merges --configfile."""
+    from snakemake.utils import update_config
+
+    recipe = yaml.safe_load((REPO / "config" / "recipe_real.yaml").read_text())
+    update_config(demo, recipe)
+    validate_config(demo)
+    assert demo["llm"]["backend"] == "openai" and demo["llm"]["llamacpp"]  # nested keys merged, not replaced
+
+
+def test_committed_schemas_match_the_stage_params():
+    """Regenerate every family schema from the Params: a Param edited without
+    `python -m stages.core.config_schema --write` fails here, so schema and Params cannot disagree."""
+    generated = outputs()
+    assert {p.name for p in generated} == {f"{s}.schema.yaml" for s in ("evaluate", "images", "m2rag", "mavis", "mcitebench")}
+    stale = [p.name for p, text in generated.items() if not p.exists() or p.read_text() != text]
+    assert not stale, f"run python -m stages.core.config_schema --write; out of date: {stale}"
+    assert main(["--check"]) == 0  # the command says the same
+
+
+def test_sections_are_named_after_the_stage_they_feed(demo):
+    from stages.core.layout import stage_path
+
+    for family in ("mavis", "images", "m2rag", "mcitebench"):
+        for key, value in demo[family].items():
+            if isinstance(value, dict):
+                stage_path(key)  # raises unless stages/<group>/<key>.py exists
+    for old, new in RENAMED.items():  # every hint points at a key the schema has
+        schema = yaml.safe_load((REPO / "schemas" / "config" / f"{new.split('.')[0]}.schema.yaml").read_text())
+        for key in new.split(".")[1:]:
+            schema = schema["properties"][key]
+        assert schema.get("type") or schema.get("$ref"), new
+
+
+def test_section_schema_is_the_params_schema():
+    """What the config accepts for a stage key is exactly what the stage CLI accepts."""
+    from stages.images.cache_images import STAGE
+
+    schema = yaml.safe_load((REPO / "schemas" / "config" / "images.schema.yaml").read_text())
+    workers = schema["properties"]["cache_images"]["properties"]["workers"]
+    assert workers == STAGE.params["workers"].json_schema()
+    assert workers["description"] == STAGE.params["workers"].help and workers["minimum"] == 1
+
+
+def test_parse_time_imports_no_stage_module(demo):
+    """Snakemake validates against the committed files: DAG parse imports no stage module (they
+    pull in torch, datasets, open_clip) and no pyarrow."""
+    code = (
+        "import sys, yaml\n"
+        "from stages.core.config import validate_config\n"
+        "from stages.core.layout import stage_sources\n"
+        "validate_config(yaml.safe_load(open('config/config.yaml')))\n"
+        "stage_sources('filter_images')\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pyarrow', 'datasets', 'open_clip')"
+        " or (m.startswith('stages.') and not m.startswith('stages.core')))\n"
+        "print(bad)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_top_level_typo_and_wrong_type(demo):
@@ -33,14 +93,50 @@ def test_top_level_typo_and_wrong_type(demo):
     with pytest.raises(ConfigError) as err:
         validate_config(bad)
     assert "unknown config key 'shard'" in str(err.value)
-    assert "config key 'shards': 'two' is not of type 'integer'" in str(err.value)
+    assert "config key 'shards' must be int, got str 'two'" in str(err.value)
 
 
-def test_real_recipe_layers_over_the_demo(demo):
-    """config/recipe_real.yaml is merged over the demo exactly as Snakemake merges --configfile."""
-    from snakemake.utils import update_config
+def test_every_problem_is_listed_one_line_each(demo):
+    bad = copy.deepcopy(demo)
+    bad["images"]["cache_images"]["workers"] = 0
+    bad["mavis"]["filter"] = {}
+    bad["run"] = ".."
+    lines = str(pytest.raises(ConfigError, validate_config, bad).value).splitlines()
+    assert lines[0] == "invalid config:" and len(lines) == 4
+    assert "  config key 'images.cache_images.workers' must be >= 1, got 0" in lines
 
-    recipe = yaml.safe_load((REPO / "config" / "recipe_real.yaml").read_text())
-    update_config(demo, recipe)
-    validate_config(demo)
-    assert demo["llm"]["backend"] == "openai" and demo["llm"]["llamacpp"]  # nested keys merged, not replaced
+
+@pytest.mark.parametrize("spec, value, message", [
+    (Param(int, 8, min=1), 0, "param 'p' must be >= 1, got 0"),
+    (Param(int, 8, min=1), 2.0, "param 'p' must be int, got float 2.0"),
+    (Param(int, 8, min=1), True, "param 'p' must be int, got bool True"),
+    (Param(float, 1.0, above=0), 0, "param 'p' must be > 0, got 0"),
+    (Param(str, "a", choices=("a", "b")), "c", "param 'p' must be one of ['a', 'b'], got 'c'"),
+    (Param(list, [], items=str), ["x", 3], "param 'p.1' must be str, got int 3"),
+    (Param(dict, {}, items=Param(list, items=str)), {"k": "v"}, "param 'p.k' must be list, got str 'v'"),
+    (Param(list, [], items=Param(dict, fields={"id": Param(int, max=11)})), [{"id": 12}], "param 'p.0.id' must be <= 11, got 12"),
+    (Param(dict, {}, fields={"id": Param(str)}), {}, "param 'p' misses required key(s) ['id']"),
+    (Param(dict, {}, fields={"id": Param(str)}), {"id": "a", "x": 1}, "param 'p.x' is unknown (allowed here: id)"),
+    (Param(str, help="release", pattern=Param.PLAIN_NAME), "../up", "param 'p' must be a plain name"),
+    (Param(dict, {}, schema="llm"), {"backend": "gpt"}, "param 'p.backend' must be one of ['llamacpp', 'openai', 'vllm'], got 'gpt'"),
+    (Param(dict, {}, schema="fetch"), {"allow_networks": ["10.0.0.0/33"]}, "param 'p.allow_networks.0' must be a CIDR network"),
+])
+def test_param_check_names_the_entry(spec, value, message):
+    with pytest.raises(StageError) as err:
+        spec.check("p", value)
+    assert str(err.value).startswith(message)
+
+
+def test_param_check_accepts_and_coerces():
+    assert Param(float, 1.0, min=0).check("p", 2) == 2.0 and isinstance(Param(float, 1.0).check("p", 2), float)
+    assert Param(int, None, min=1).check("p", None) is None
+    assert Param(str, None, choices=("a",)).check("p", None) is None
+    assert Param(dict, {}, schema="fetch").check("p", {"allow_networks": ["127.0.0.1/32"]})
+
+
+def test_help_shows_the_bounds():
+    from stages.images.phash_dedup import STAGE
+
+    text = STAGE._parser().format_help()
+    assert "radius                 int (>= 0; <= 64) [6]" in text
+    assert "scope                  str (one of: owner, query, global)" in text

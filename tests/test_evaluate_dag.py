@@ -16,7 +16,7 @@ def test_snakemake_evaluate(tmp_path):
     folder = make_release(tmp_path / "released", [shrink(r) for r in reference_records()], manifest=False)
     config = {
         "run": "t", "mavis": {"enabled": False}, "mcitebench": {"enabled": False}, "m2rag": {"enabled": False},
-        "evaluate": {"enabled": True, "release": str(folder), "limit": 2, "max_tokens": 24,
+        "evaluate": {"enabled": True, "release": str(folder), "generate_answers": {"limit": 2, "max_tokens": 24},
                      "judge": {"name": "judge-smol"}, "models": [{"name": "smol-a"}, {"name": "smol-b", "with_captions": False}]},
     }
     (work / "config" / "test.yaml").write_text(yaml.safe_dump(config))

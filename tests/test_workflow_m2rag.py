@@ -20,7 +20,7 @@ def only_m2rag(workdir, limit=4):
     for name, section in config.items():
         if isinstance(section, dict) and "enabled" in section and name != "m2rag":
             section["enabled"] = False
-    config["m2rag"]["harvest"]["limit"] = limit
+    config["m2rag"]["harvest_hub_dataset"]["limit"] = limit
     path = workdir / "only_m2rag.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

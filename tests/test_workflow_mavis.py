@@ -19,7 +19,7 @@ def _only_mavis(workdir, **filter_overrides):
     for family in ("m2rag", "mcitebench"):
         if family in config:
             config[family]["enabled"] = False
-    config["mavis"]["filter"].update(filter_overrides)
+    config["mavis"]["filter_questions"].update(filter_overrides)
     path = workdir / "only_mavis.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -58,10 +58,14 @@ def test_demo_release_rerun_and_catalog(workflow_copy):
                                      "release", "release_mavis"]  # the post images (rules/images.smk) descend from the questions
 
 
-def test_typo_in_config_fails_before_any_job(workflow_copy):
+@pytest.mark.parametrize("text, message", [
+    ("mavis:\n  filter_questions:\n    min_answer_char: 300\n", "unknown config key 'mavis.filter_questions.min_answer_char'"),
+    ("mavis:\n  filter:\n    min_answer_chars: 300\n", "config key 'mavis.filter' was renamed to 'mavis.filter_questions'"),
+])
+def test_bad_config_fails_before_any_job(workflow_copy, text, message):
     bad = workflow_copy / "bad.yaml"
-    bad.write_text("mavis:\n  filter:\n    min_answer_char: 300\n")
+    bad.write_text(text)
     result = run_snakemake(workflow_copy, "release", "--configfile", str(bad), check=False)
     assert result.returncode != 0
-    assert "unknown config key 'mavis.filter.min_answer_char'" in result.stdout + result.stderr
+    assert message in result.stdout + result.stderr
     assert not (workflow_copy / "data" / "runs").exists()

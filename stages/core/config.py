@@ -1,49 +1,63 @@
-"""Config validation against `schemas/config.schema.yaml` before any job runs.
+"""Config validation against `schemas/config.schema.yaml` before any job runs (the Snakefile
+calls it; no stage imports this module, so editing it reruns nothing).
 
 The top-level schema holds the run-wide keys and `$ref`s one schema per section
-(`schemas/config/<section>.schema.yaml`), so each benchmark family owns its own file. Every object
-sets `additionalProperties: false`, so a typo'd key fails naming its full path.
+(`schemas/config/<section>.schema.yaml`). A family section's stage subsections are named after
+the stage they feed and generated from that stage's `Param` declarations
+(`python -m stages.core.config_schema --write`), so a setting's type, range and choices are
+written once. Every object sets `additionalProperties: false`, so a typo'd key fails naming its
+full path; a key of the old layout fails naming its new name.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-import jsonschema
 import yaml
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+from .schema_check import SCHEMAS, schema_errors
+
+# Config keys of the old layout -> their names now (sections are named after the stage they feed).
+RENAMED = {
+    "mavis.pushshift": "mavis.harvest_pushshift",
+    "mavis.filter": "mavis.filter_questions",
+    "mavis.release": "mavis.release_mavis",
+    "images.cache": "images.cache_images",
+    "images.filter": "images.filter_images",
+    "images.dedup": "images.phash_dedup",
+    "m2rag.harvest": "m2rag.harvest_hub_dataset",
+    "m2rag.filter": "m2rag.filter_queries",
+    "m2rag.classify": "m2rag.classify_queries",
+    "m2rag.release": "m2rag.release_m2rag",
+    "mcitebench.openreview": "mcitebench.harvest_openreview",
+    "mcitebench.parse": "mcitebench.parse_pdfs",
+    "mcitebench.explanation_qa": "mcitebench.extract_explanation_qa",
+    "mcitebench.locating_qa": "mcitebench.generate_locating_qa",
+    "mcitebench.pairing": "mcitebench.pair_evidence",
+    "mcitebench.distractors": "mcitebench.sample_distractors",
+    "mcitebench.release": "mcitebench.release_mcitebench",
+    "evaluate.seed": "evaluate.generate_answers.seed",
+    "evaluate.limit": "evaluate.generate_answers.limit",
+    "evaluate.max_tokens": "evaluate.generate_answers.max_tokens",
+    "evaluate.with_captions": "evaluate.generate_answers.with_captions",
+    "evaluate.title": "evaluate.report_mcitebench.title",
+}
 
 
 class ConfigError(ValueError):
     pass
 
 
-def _registry(root: Path) -> Registry:
-    resources = []
-    for path in sorted(root.rglob("*.schema.yaml")):
-        uri = path.relative_to(root).as_posix()
-        resources.append((uri, Resource.from_contents(yaml.safe_load(path.read_text()), default_specification=DRAFT202012)))
-    return Registry().with_resources(resources)
-
-
 def validate_config(config: dict, schemas: Path = SCHEMAS) -> None:
-    """Raise ConfigError naming every bad key (dotted path) and why."""
+    """Raise ConfigError naming every bad key (dotted path) and why, one line each."""
     schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
-    validator = jsonschema.Draft202012Validator(schema, registry=_registry(schemas))
-    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    if not errors:
-        return
     lines = []
-    for err in errors:
-        where = ".".join(str(p) for p in err.absolute_path) or "<top level>"
-        if err.validator == "additionalProperties":
-            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-            for key in extra:
-                key_path = f"{where}.{key}" if err.absolute_path else key
-                allowed = ", ".join(sorted(err.schema.get("properties", {})))
-                lines.append(f"unknown config key '{key_path}' (allowed here: {allowed})")
+    for where, problem, keyword in schema_errors(schema, config, schemas, base=None):
+        key = where.lstrip(".") or "<top level>"
+        if keyword == "additionalProperties" and key in RENAMED:
+            lines.append(f"config key '{key}' was renamed to '{RENAMED[key]}'")
+        elif keyword == "additionalProperties":
+            lines.append(f"unknown config key '{key}' {problem.removeprefix('is unknown ')}")
         else:
-            lines.append(f"config key '{where}': {err.message}")
-    raise ConfigError("invalid config:\n  " + "\n  ".join(lines))
+            lines.append(f"config key '{key}' {problem}")
+    if lines:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(lines))

@@ -18,6 +18,9 @@ STAGES_DIR = Path(__file__).resolve().parents[1]
 ROOT = STAGES_DIR.parent
 PROMPTS_DIR = ROOT / "prompts"
 ANSWER_SCHEMAS_DIR = ROOT / "schemas" / "answers"
+# A name that becomes one folder (a run under data/runs/, a release under data/releases/): no
+# slash, no leading dot, so neither "..", "/abs" nor "a/b" can leave the folder it is named in.
+PLAIN_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 
 
 class LayoutError(LookupError):

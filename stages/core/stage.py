@@ -36,12 +36,12 @@ import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import pyarrow as pa
 import yaml
 
-from .layout import LayoutError, stage_module
+from .layout import PLAIN_NAME, LayoutError, stage_module
 from .tables import REJECTS_SCHEMA, SchemaError, TableWriter, atomic_write_bytes, check_columns, read_tables, table_schema
 
 log = logging.getLogger("citeforge")
@@ -49,19 +49,105 @@ log = logging.getLogger("citeforge")
 REQUIRED = object()
 
 
+_JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", list: "array", dict: "object"}
+_BOUND_KEYS = {  # what min/max bound: a number's value, a list's items, a dict's keys, a string's length
+    int: {"min": "minimum", "max": "maximum"},
+    float: {"min": "minimum", "max": "maximum"},
+    list: {"min": "minItems", "max": "maxItems"},
+    dict: {"min": "minProperties", "max": "maxProperties"},
+    str: {"min": "minLength", "max": "maxLength"},
+}
+
+
 @dataclass(frozen=True)
 class Param:
+    """One setting of a stage, and the single source of its config schema: the config section that
+    feeds a stage is generated from these declarations (stages/core/config_schema.py), and the CLI
+    checks `--params` against the same schema, so the two cannot disagree.
+
+    `choices` lists the allowed values; `min`/`max` bound a number (inclusive), or the length of a
+    list, dict or string; `above` is an exclusive lower bound (a timeout must be above 0);
+    `pattern` is a regex a string must match (anchor it; `Param.PLAIN_NAME` for a name that becomes
+    a folder). `items` types a list's elements or a dict's values (a type or a Param);
+    `fields` makes a dict a record with these keys (required where the Param has no default).
+    `schema` names a run-wide section schema (`llm`, `fetch`: schemas/config/<schema>.schema.yaml)
+    that a dict param is checked against. A default of None makes the param nullable.
+    """
+
+    PLAIN_NAME: ClassVar[str] = PLAIN_NAME  # a pattern for names that become a folder
+
     type: type
     default: Any = REQUIRED
     help: str = ""
+    choices: tuple | None = None
+    min: float | None = None
+    max: float | None = None
+    above: float | None = None
+    pattern: str | None = None
+    items: "type | Param | None" = None
+    fields: "dict[str, Param] | None" = None
+    schema: str | None = None
+
+    def json_schema(self, with_default: bool = True) -> dict:
+        """This param as JSON Schema (draft 2020-12), `help` as its description."""
+        if self.schema:
+            out: dict[str, Any] = {"$ref": f"{self.schema}.schema.yaml"}
+        else:
+            kind = _JSON_TYPES[self.type]
+            out = {"type": [kind, "null"] if self.default is None else kind}
+        if self.choices is not None:
+            out["enum"] = [*self.choices, *([None] if self.default is None else [])]
+        for bound, side in ((self.min, "min"), (self.max, "max")):
+            if bound is not None:
+                out[_BOUND_KEYS[self.type][side]] = bound
+        if self.above is not None:
+            out["exclusiveMinimum"] = self.above
+        if self.pattern is not None:
+            out["pattern"] = self.pattern
+        if self.items is not None:
+            item = self.items.json_schema(with_default=False) if isinstance(self.items, Param) else Param(self.items).json_schema()
+            out["items" if self.type is list else "additionalProperties"] = item
+        if self.fields is not None:
+            out["additionalProperties"] = False
+            out["properties"] = {name: spec.json_schema() for name, spec in self.fields.items()}
+            required = [name for name, spec in self.fields.items() if spec.default is REQUIRED]
+            if required:
+                out["required"] = required
+        if self.help:
+            out["description"] = self.help
+        if with_default and self.default is not REQUIRED and not self.schema:
+            out["default"] = self.default
+        return out
+
+    def bounds(self) -> str:
+        """The constraints in a few words for --help, e.g. ' (>= 1)', ' (one of: auto, cpu, cuda)'."""
+        words = []
+        if self.choices is not None:
+            words.append("one of: " + ", ".join(map(str, self.choices)))
+        if self.min is not None:
+            words.append(f">= {self.min}" if self.type in (int, float) else f"at least {self.min}")
+        if self.above is not None:
+            words.append(f"> {self.above}")
+        if self.max is not None:
+            words.append(f"<= {self.max}" if self.type in (int, float) else f"at most {self.max}")
+        if self.items is not None:
+            item = self.items.type if isinstance(self.items, Param) else self.items
+            words.append(f"of {item.__name__}")
+        if self.fields is not None:
+            words.append("keys: " + ", ".join(self.fields))
+        if self.schema:
+            words.append(f"schemas/config/{self.schema}.schema.yaml")
+        return f" ({'; '.join(words)})" if words else ""
 
     def check(self, name: str, value: Any) -> Any:
+        """The value if it fits this param (an int where a float is due becomes a float), else a
+        StageError naming the param, the offending entry and what was expected."""
+        from .schema_check import schema_errors  # jsonschema is only needed when params are checked
+
+        for where, problem, _ in schema_errors(self.json_schema(with_default=False), value):
+            raise StageError(f"param {name + where!r} {problem}")
         if self.type is float and isinstance(value, int) and not isinstance(value, bool):
             return float(value)
-        if value is None and self.default is None:
-            return None
-        if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
-            raise StageError(f"param {name!r} must be {self.type.__name__}, got {type(value).__name__} {value!r}")
         return value
 
 
@@ -139,7 +225,7 @@ class Stage:
         lines.append("params (default in brackets):")
         for name, spec in self.params.items():
             default = "required" if spec.default is REQUIRED else json.dumps(spec.default)
-            lines.append(f"  {name:<22} {spec.type.__name__} [{default}]: {spec.help}")
+            lines.append(f"  {name:<22} {spec.type.__name__}{spec.bounds()} [{default}]: {spec.help}")
         lines += ["", "Sidecars next to the first output: <output>.rejects.parquet, <output>.report.json."]
         parser = argparse.ArgumentParser(
             prog=self._prog(),
@@ -168,7 +254,13 @@ def load_params(stage: Stage, params_arg: str | None, overrides: list[str]) -> d
     given: dict[str, Any] = {}
     if params_arg:
         text = params_arg if params_arg.lstrip().startswith("{") else _read_text(params_arg, "params file")
-        loaded = yaml.safe_load(text) or {}
+        try:
+            loaded = yaml.safe_load(text) or {}
+        except yaml.YAMLError as err:
+            where = "inline JSON" if text is params_arg else params_arg
+            mark = getattr(err, "problem_mark", None)
+            at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+            raise StageError(f"--params: {where} is not valid JSON/YAML: {getattr(err, 'problem', None) or err}{at}") from None
         if not isinstance(loaded, dict):
             raise StageError(f"--params must be a mapping, got {type(loaded).__name__}")
         given.update(loaded)
@@ -176,7 +268,10 @@ def load_params(stage: Stage, params_arg: str | None, overrides: list[str]) -> d
         key, sep, value = item.partition("=")
         if not sep:
             raise StageError(f"--param expects KEY=VALUE, got {item!r}")
-        given[key] = yaml.safe_load(value)
+        try:
+            given[key] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise StageError(f"--param {key}: {value!r} is not a valid YAML value ({getattr(err, 'problem', None) or err})") from None
     unknown = sorted(set(given) - set(stage.params))
     if unknown:
         raise StageError(f"unknown param(s) {unknown}; {stage.name} takes {sorted(stage.params)}")

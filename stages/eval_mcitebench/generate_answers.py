@@ -196,14 +196,14 @@ STAGE = Stage(
     outputs={"responses": Output("eval_responses", "one response per question")},
     params={
         "model": Param(str, help="the candidate's name (config evaluate.models[].name)"),
-        "llm": Param(dict, {}, "llm settings of the candidate (the llm: section with the model's overrides)"),
+        "llm": Param(dict, {}, "llm settings of the candidate (the llm: section with the model's overrides)", schema="llm"),
         "vision": Param(bool, None, "send figures/tables as images; null = what the backend takes (llamacpp: no)"),
         "with_captions": Param(bool, True, "add figure/table captions after their images, the setting of the seed's main "
                                            "results (Table 2); false is the Table 14 \"No Cap.\" ablation"),
         "seed": Param(int, 42, "seed of the per-question item shuffle"),
-        "limit": Param(int, 0, "evaluate only the first N records of the release (0 = all)"),
+        "limit": Param(int, 0, "evaluate only the first N records of the release (0 = all)", min=0),
         "max_tokens": Param(int, 1024, "answer length budget in tokens: explanation answers are long-form (§5), so at "
-                                        "least 1024 (0 = the prompt's default)"),
+                                        "least 1024 (0 = the prompt's default)", min=0),
     },
     run=run,
 )

@@ -65,7 +65,7 @@ STAGE = Stage(
     outputs={"judgements": Output("eval_answer_judgements", "one rating per response")},
     params={
         "judge": Param(str, help="the judge's name, recorded in every row"),
-        "llm": Param(dict, {}, "llm settings of the judge model"),
+        "llm": Param(dict, {}, "llm settings of the judge model", schema="llm"),
     },
     run=run,
 )

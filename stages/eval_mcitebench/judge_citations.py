@@ -116,7 +116,7 @@ STAGE = Stage(
     outputs={"judgements": Output("eval_citation_judgements", "support and relevance judgements")},
     params={
         "judge": Param(str, help="the judge's name, recorded in every row"),
-        "llm": Param(dict, {}, "llm settings of the judge model"),
+        "llm": Param(dict, {}, "llm settings of the judge model", schema="llm"),
         "vision": Param(bool, None, "show figures/tables as images; null = what the backend takes (llamacpp: no)"),
     },
     run=run,

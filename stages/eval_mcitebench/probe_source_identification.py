@@ -81,7 +81,7 @@ STAGE = Stage(
     outputs={"probe": Output("eval_probe", "one row per single-source explanation question")},
     params={
         "model": Param(str, help="the candidate's name"),
-        "llm": Param(dict, {}, "llm settings of the candidate"),
+        "llm": Param(dict, {}, "llm settings of the candidate", schema="llm"),
         "vision": Param(bool, None, "show figures/tables as images; null = what the backend takes (llamacpp: no)"),
     },
     run=run,

@@ -256,11 +256,11 @@ STAGE = Stage(
     inputs={"images": Input("images_filtered (or images_cached) rows", many=True)},
     outputs={"images": Output("images_deduped", "one representative per near-duplicate cluster")},
     params={
-        "radius": Param(int, 6, "near-duplicates differ in at most this many of the 64 pHash bits"),
-        "scope": Param(str, "owner", "which rows compete: owner (per post/page), query, or global"),
+        "radius": Param(int, 6, "near-duplicates differ in at most this many of the 64 pHash bits", min=0, max=64),
+        "scope": Param(str, "owner", "which rows compete: owner (per post/page), query, or global", choices=("owner", "query", "global")),
         "store": Param(str, "data/cache/images", "image store root"),
         "score_column": Param(str, "clip_score", "higher keeps; null counts as lowest"),
-        "workers": Param(int, 2, "threads hashing images and searching pairs"),
+        "workers": Param(int, 2, "threads hashing images and searching pairs", min=1),
     },
     run=run,
 )

@@ -58,8 +58,12 @@ STAGE = Stage(
     inputs={"filtered_queries": Input("m2rag_filtered_queries (one shard)")},
     outputs={"classified_queries": Output("m2rag_classified_queries", "queries with their topic categories")},
     params={
-        "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...), per-stage overrides merged in"),
-        "categories": Param(list, help="M2RAG Table 1 categories: [{id, name, description}], 1-10 combinable, 11 Others"),
+        "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...), per-stage overrides merged in", schema="llm"),
+        "categories": Param(list, help="M2RAG Table 1 categories: [{id, name, description}], 1-10 combinable, 11 Others", min=1, items=Param(dict, fields={
+            "id": Param(int, help="topic number", min=1, max=11),
+            "name": Param(str, help="topic name"),
+            "description": Param(str, "", "what the topic covers, shown to the classifier (figure 7)"),
+        })),
     },
     run=run,
 )

@@ -58,7 +58,7 @@ STAGE = Stage(
     inputs={"queries": Input("m2rag_queries (one shard)")},
     outputs={"filtered_queries": Output("m2rag_filtered_queries", "queries kept, with both judgements and analyses")},
     params={
-        "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...), per-stage overrides merged in"),
+        "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...), per-stage overrides merged in", schema="llm"),
         "apply": Param(bool, True, "drop queries judged 0 (the seed); false = judge every query with both prompts and keep all"),
     },
     run=run,

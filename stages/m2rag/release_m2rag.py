@@ -89,9 +89,9 @@ STAGE = Stage(
     },
     outputs={"manifest": Output(None, "release manifest JSON: name, version, path, table rows")},
     params={
-        "name": Param(str, help="release name: data/releases/<name>/<version>/"),
+        "name": Param(str, help="release name: data/releases/<name>/<version>/", pattern=Param.PLAIN_NAME),
         "releases_dir": Param(str, "data/releases", "where releases land"),
-        "categories": Param(list, help="M2RAG Table 1 categories [{id, name, description}]"),
+        "categories": Param(list, help="M2RAG Table 1 categories [{id, name, description}]", items=dict),
     },
     run=run,
 )

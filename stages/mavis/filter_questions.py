@@ -103,9 +103,9 @@ STAGE = Stage(
     },
     outputs={"questions": Output("reddit_questions", "VQA instances: question title, images, best long answer")},
     params={
-        "question_words": Param(list, help="a title must start with one of these (case-insensitive)"),
-        "min_answer_chars": Param(int, 500, "an answer must be longer than this many characters"),
-        "min_answer_sentences": Param(int, 3, "an answer needs at least this many sentences"),
+        "question_words": Param(list, help="a title must start with one of these (case-insensitive)", items=str),
+        "min_answer_chars": Param(int, 500, "an answer must be longer than this many characters", min=0),
+        "min_answer_sentences": Param(int, 3, "an answer needs at least this many sentences", min=1),
     },
     run=run,
 )

@@ -243,8 +243,8 @@ STAGE = Stage(
         "comments": Output("reddit_comments", "top-level comments of kept posts, sharded with their post", many=True),
     },
     params={
-        "domains": Param(dict, help="domain -> list of subreddits (MAVIS Table 11)"),
-        "image_extensions": Param(list, [".jpg", ".jpeg", ".png", ".gif", ".webp"], "url path endings that count as a direct image"),
+        "domains": Param(dict, help="domain -> list of subreddits (MAVIS Table 11)", items=Param(list, items=str)),
+        "image_extensions": Param(list, [".jpg", ".jpeg", ".png", ".gif", ".webp"], "url path endings that count as a direct image", items=str),
         "include_nsfw": Param(bool, False, "keep posts marked over_18"),
     },
     run=run,

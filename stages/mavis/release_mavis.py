@@ -64,7 +64,7 @@ STAGE = Stage(
     },
     outputs={"manifest": Output(None, "release manifest JSON: name, version, path, table rows")},
     params={
-        "name": Param(str, help="release name: data/releases/<name>/<version>/"),
+        "name": Param(str, help="release name: data/releases/<name>/<version>/", pattern=Param.PLAIN_NAME),
         "releases_dir": Param(str, "data/releases", "where releases land"),
     },
     run=run,

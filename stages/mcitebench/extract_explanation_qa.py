@@ -176,10 +176,10 @@ STAGE = Stage(
     inputs={"threads": Input("reviewer question / authors' response threads", many=True, table="mcitebench_threads")},
     outputs={"qa": Output("mcitebench_qa", "explanation QA triples, each with the references of its own answer span")},
     params={
-        "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...)"),
+        "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...)", schema="llm"),
         "max_prompt_chars": Param(int, 4000, "reviewer note and response are split into parts of at most this length; "
-                                             "every pair of parts is one call"),
-        "min_answer_words": Param(int, 5, "an answer span needs this many words besides its references"),
+                                             "every pair of parts is one call", min=200),
+        "min_answer_words": Param(int, 5, "an answer span needs this many words besides its references", min=0),
     },
     run=run,
 )

@@ -118,12 +118,12 @@ STAGE = Stage(
     inputs={"elements": Input("parsed paper elements (mcitebench_elements)", many=True)},
     outputs={"qa": Output("mcitebench_qa", "locating multiple-choice QA pairs, one per chosen element")},
     params={
-        "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...)"),
-        "per_paper": Param(int, 3, "most locating questions generated per paper"),
-        "min_text_chars": Param(int, 120, "shortest text paragraph to generate from"),
+        "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...)", schema="llm"),
+        "per_paper": Param(int, 3, "most locating questions generated per paper", min=0),
+        "min_text_chars": Param(int, 120, "shortest text paragraph to generate from", min=1),
         "seed": Param(int, 0, "selection seed (combined with each paper id)"),
         "attach_images": Param(bool, True, "send figure/table crops to backends that see images"),
-        "max_content_chars": Param(int, 3000, "element content is cut to this length in the prompt"),
+        "max_content_chars": Param(int, 3000, "element content is cut to this length in the prompt", min=100),
     },
     run=run,
 )

@@ -173,7 +173,7 @@ STAGE = Stage(
         "questions": Output("mcitebench_questions", "questions with their evidence modality and source type"),
         "evidence": Output("mcitebench_evidence", "one row per question and evidence element", counted=False),
     },
-    params={"max_evidence": Param(int, 4, "most evidence elements a question may have (the input holds evidence + distractors)")},
+    params={"max_evidence": Param(int, 4, "most evidence elements a question may have (the input holds evidence + distractors)", min=1)},
     run=run,
 )
 

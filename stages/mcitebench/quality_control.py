@@ -121,10 +121,10 @@ STAGE = Stage(
         "review_sheet": Output(None, "CSV for human verification: one row per kept sample, decision column to fill"),
     },
     params={
-        "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...)"),
-        "min_score": Param(int, 1, "every criterion must score at least this (0-2) for a sample to be kept"),
+        "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...)", schema="llm"),
+        "min_score": Param(int, 1, "every criterion must score at least this (0-2) for a sample to be kept", min=0, max=2),
         "attach_images": Param(bool, True, "send figure/table evidence crops to backends that see images"),
-        "max_evidence_chars": Param(int, 1500, "each evidence item is cut to this length in the prompt"),
+        "max_evidence_chars": Param(int, 1500, "each evidence item is cut to this length in the prompt", min=100),
     },
     run=run,
 )

@@ -127,9 +127,9 @@ STAGE = Stage(
         "distractors": Output("mcitebench_distractors", "one row per question and distractor", counted=False),
     },
     params={
-        "info_count": Param(int, 5, "evidence + distractors per question (MCiteBench: 5)"),
-        "min_distractors": Param(int, 1, "fewest distractors a question may have"),
-        "min_text_chars": Param(int, 80, "shortest text paragraph usable as a distractor"),
+        "info_count": Param(int, 5, "evidence + distractors per question (MCiteBench: 5)", min=1),
+        "min_distractors": Param(int, 1, "fewest distractors a question may have", min=0),
+        "min_text_chars": Param(int, 80, "shortest text paragraph usable as a distractor", min=1),
         "seed": Param(int, 0, "sampling seed (combined with each question id)"),
     },
     run=run,

@@ -1,0 +1,100 @@
+"""The one JSON Schema checker of the project's settings: the config (stages/core/config.py) and a
+stage's `--params` (`Param.check`) go through it, so both say the same thing in the same words:
+`<key> must be >= 1, got 0`, `<key> must be one of [...]`, `<key> is unknown (allowed here: ...)`.
+
+Integers are strict (2.0 is not an int: a stage handed 2.0 for a count would fail later) and
+`format: cidr` is checked the way the fetch layer's address guard parses networks.
+"""
+from __future__ import annotations
+
+import ipaddress
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterator
+
+import jsonschema
+import yaml
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from .layout import PLAIN_NAME
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+
+
+def _is_integer(checker, value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
+)
+FORMATS = jsonschema.FormatChecker(formats=())
+
+
+@FORMATS.checks("cidr", raises=ValueError)
+def _is_cidr(value: Any) -> bool:
+    if isinstance(value, str):
+        ipaddress.ip_network(value, strict=False)  # what the fetch layer's address guard parses
+    return True
+
+
+@lru_cache(maxsize=None)
+def _registry(root: Path) -> Registry:
+    resources = []
+    for path in sorted(root.rglob("*.schema.yaml")):
+        uri = path.relative_to(root).as_posix()
+        resources.append((uri, Resource.from_contents(yaml.safe_load(path.read_text()), default_specification=DRAFT202012)))
+    return Registry().with_resources(resources)
+
+
+_FORMAT_WORDS = {"cidr": "a CIDR network such as 10.0.0.0/8 or 127.0.0.1/32"}
+_PY_TYPES = {"integer": "int", "number": "float", "string": "str", "boolean": "bool", "array": "list", "object": "dict", "null": "null"}
+
+
+def _problem(err: jsonschema.ValidationError) -> str:
+    """The end of a one-line message `<key> <problem>`, in the words of a Param declaration."""
+    value, expected = err.instance, err.validator_value
+    if err.validator == "type":
+        kinds = [expected] if isinstance(expected, str) else expected
+        return f"must be {' or '.join(_PY_TYPES[k] for k in kinds)}, got {type(value).__name__} {value!r}"
+    if err.validator == "enum":
+        return f"must be one of {expected}, got {value!r}"
+    if err.validator == "const":
+        return f"must be {expected!r}, got {value!r}"
+    if err.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        op = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[err.validator]
+        return f"must be {op} {expected}, got {value!r}"
+    if err.validator in ("minItems", "maxItems", "minProperties", "maxProperties", "minLength", "maxLength"):
+        least = "at least" if err.validator.startswith("min") else "at most"
+        what = {"I": "items", "P": "keys", "L": "characters"}[err.validator[3]]
+        return f"must have {least} {expected} {what}, got {len(value)}"
+    if err.validator == "pattern" and expected == PLAIN_NAME:
+        return f"must be a plain name (letters, digits, '_', '.', '-'; no '/', not starting with '.'), got {value!r}"
+    if err.validator == "pattern":
+        return f"must match {expected}, got {value!r}"
+    if err.validator == "format":
+        return f"must be {_FORMAT_WORDS.get(expected, expected)}, got {value!r}"
+    if err.validator == "required":
+        missing = [key for key in expected if key not in value]
+        return f"misses required key(s) {missing}"
+    return err.message
+
+
+def schema_errors(schema: dict, value: Any, root: Path = SCHEMAS, base: str | None = "config/") -> Iterator[tuple[str, str, str]]:
+    """(dotted path, problem, JSON Schema keyword) for each way `value` breaks `schema`, sorted by
+    path. `$ref`s resolve from `base` inside `root` (by default as if the schema sat in
+    schemas/config/: `llm.schema.yaml`). An unknown key comes as (path to the key, "is unknown
+    (allowed here: ...)", "additionalProperties")."""
+    if base is not None:
+        schema = {"$id": f"{base}_check.schema.yaml", **schema}
+    validator = Validator(schema, registry=_registry(root), format_checker=FORMATS)
+    for err in sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.absolute_path))):
+        where = "".join(f".{part}" for part in err.absolute_path)
+        if err.validator == "additionalProperties" and err.validator_value is False:
+            allowed = ", ".join(sorted(err.schema.get("properties", {})))
+            for key in sorted(set(err.instance) - set(err.schema.get("properties", {}))):
+                yield f"{where}.{key}", f"is unknown (allowed here: {allowed})", err.validator
+        else:
+            yield where, _problem(err), err.validator
