@@ -13,6 +13,7 @@ validate_config(config)  # fails before any job runs, naming the bad key
 include: "rules/common.smk"
 include: "rules/mavis.smk"
 include: "rules/images.smk"
+include: "rules/retrieval.smk"
 include: "rules/m2rag.smk"
 include: "rules/openreview.smk"
 include: "rules/mcitebench.smk"
