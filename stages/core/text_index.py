@@ -49,18 +49,34 @@ def _stopwords() -> frozenset[str]:
 STOPWORDS = _stopwords()
 
 
-@lru_cache(maxsize=None)
-def _stemmer(language: str):
-    import Stemmer  # PyStemmer: Snowball stemmers in C
+class _Stems(dict):
+    """token -> stem, each distinct token stemmed once (a corpus repeats its words endlessly)."""
 
-    return Stemmer.Stemmer(language)
+    def __init__(self, language: str):
+        import Stemmer  # PyStemmer: Snowball stemmers in C
+
+        super().__init__()
+        self.stem_word = Stemmer.Stemmer(language).stemWord
+
+    def __missing__(self, token: str) -> str:
+        if len(self) > 5_000_000:  # bounded: a web corpus has endless rare tokens
+            self.clear()
+        stem = self[token] = self.stem_word(token)
+        return stem
+
+
+@lru_cache(maxsize=None)
+def _stems(language: str) -> _Stems:
+    return _Stems(language)
 
 
 def tokenize(text: str, stemmer: str = "") -> list[str]:
     """Lower-cased runs of letters and digits, stop words dropped, Snowball-stemmed when
     `stemmer` names a language ("volcanoes" and "volcano" meet)."""
-    tokens = [t for t in _TOKEN.findall(text.lower()) if t not in STOPWORDS]
-    return _stemmer(stemmer).stemWords(tokens) if stemmer and tokens else tokens
+    if not stemmer:
+        return [t for t in _TOKEN.findall(text.lower()) if t not in STOPWORDS]
+    stems = _stems(stemmer)
+    return [stems[t] for t in _TOKEN.findall(text.lower()) if t not in STOPWORDS]
 
 
 def split_passages(text: str, words: int) -> list[str]:
