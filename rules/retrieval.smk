@@ -2,36 +2,37 @@
 # -> split_pages for web pages and images; build_text_index (one job per corpus shard) -> retrieve_text
 # for corpus passages. On the config's `retrieval.queries` here; the MAVIS and M2RAG families call the
 # same stages on their own queries. Tables join the catalog's `retrieval` schema.
+# Names here are prefixed (_retr_): rule files share one namespace and params lambdas read globals late.
 RETRIEVAL = config.get("retrieval", {})
 
 if RETRIEVAL.get("enabled", False):
-    _rfetch_mode = config.get("fetch", {}).get("mode", "live")
-    _rfetch = {k: v for k, v in config.get("fetch", {}).items() if k != "replay_warcs"}  # replay WARCs are rule inputs
-    _rreplay = {"warcs": RETRIEVAL.get("replay_warcs", [])} if _rfetch_mode == "replay" else {}
-    _search = RETRIEVAL.get("search", {})
-    _index = RETRIEVAL.get("index", {})
-    _corpus = {k: v for k, v in RETRIEVAL.get("corpus", {}).items() if k != "data_files"}
-    INDEX_SHARDS = [f"{i:05d}" for i in range(_index.get("shards", 1))]
+    _retr_fetch_mode = config.get("fetch", {}).get("mode", "live")
+    _retr_fetch = {k: v for k, v in config.get("fetch", {}).items() if k != "replay_warcs"}  # replay WARCs are rule inputs
+    _retr_replay = {"warcs": RETRIEVAL.get("replay_warcs", [])} if _retr_fetch_mode == "replay" else {}
+    _retr_search = RETRIEVAL.get("search", {})
+    _retr_index = RETRIEVAL.get("index", {})
+    _retr_corpus = {k: v for k, v in RETRIEVAL.get("corpus", {}).items() if k != "data_files"}
+    RETRIEVAL_INDEX_SHARDS = [f"{i:05d}" for i in range(_retr_index.get("shards", 1))]
 
-    def _record(stage):
-        return {"sidecar_warc": f"{RUNDIR}/warc/retrieval/{stage}.warc.gz"} if _rfetch_mode == "record" else {}
+    def _retr_record(stage):
+        return {"sidecar_warc": f"{RUNDIR}/warc/retrieval/{stage}.warc.gz"} if _retr_fetch_mode == "record" else {}
 
     rule search_web:
         input:
             stage=stage_code("search_web"),
             queries=RETRIEVAL.get("queries", []),
-            **_rreplay,
+            **_retr_replay,
         output:
             results=run_path("retrieval", "search_web", "results"),
-            **_record("search_web"),
+            **_retr_record("search_web"),
         params:
             io=stage_io,
             version=stage_version("search_web"),
             settings=settings({
-                "provider": _search.get("provider", "google"),
-                "provider_settings": _search.get(_search.get("provider", "google"), {}),
-                **{k: _search[k] for k in ("page_top_k", "image_top_k", "cache_dir", "cache_mode") if k in _search},
-                "fetch": _rfetch, "record_warc": _record("search_web").get("sidecar_warc", ""),
+                "provider": _retr_search.get("provider", "google"),
+                "provider_settings": _retr_search.get(_retr_search.get("provider", "google"), {}),
+                **{k: _retr_search[k] for k in ("page_top_k", "image_top_k", "cache_dir", "cache_mode") if k in _retr_search},
+                "fetch": _retr_fetch, "record_warc": _retr_record("search_web").get("sidecar_warc", ""),
             }),
         log:
             log_path("retrieval", "search_web"),
@@ -44,14 +45,14 @@ if RETRIEVAL.get("enabled", False):
         input:
             stage=stage_code("fetch_pages"),
             results=run_path("retrieval", "search_web", "results"),
-            **_rreplay,
+            **_retr_replay,
         output:
             pages=run_path("retrieval", "fetch_pages", "pages"),
-            **_record("fetch_pages"),
+            **_retr_record("fetch_pages"),
         params:
             io=stage_io,
             version=stage_version("fetch_pages"),
-            settings=settings({**RETRIEVAL.get("pages", {}), "fetch": _rfetch, "record_warc": _record("fetch_pages").get("sidecar_warc", "")}),
+            settings=settings({**RETRIEVAL.get("pages", {}), "fetch": _retr_fetch, "record_warc": _retr_record("fetch_pages").get("sidecar_warc", "")}),
         log:
             log_path("retrieval", "fetch_pages"),
         benchmark:
@@ -88,8 +89,8 @@ if RETRIEVAL.get("enabled", False):
             io=stage_io,
             version=stage_version("build_text_index"),
             settings=lambda w: settings({
-                "corpus": _corpus, "shard": int(w.index_shard), "shards": len(INDEX_SHARDS),
-                **{k: v for k, v in _index.items() if k != "shards"},
+                "corpus": _retr_corpus, "shard": int(w.index_shard), "shards": len(RETRIEVAL_INDEX_SHARDS),
+                **{k: v for k, v in _retr_index.items() if k != "shards"},
             }),
         log:
             log_path("retrieval", "build_text_index", "{index_shard}"),
@@ -102,7 +103,7 @@ if RETRIEVAL.get("enabled", False):
         input:
             stage=stage_code("retrieve_text"),
             queries=RETRIEVAL.get("queries", []),
-            index=expand(run_path("retrieval", "build_text_index", "text_index", "{index_shard}"), index_shard=INDEX_SHARDS),
+            index=expand(run_path("retrieval", "build_text_index", "text_index", "{index_shard}"), index_shard=RETRIEVAL_INDEX_SHARDS),
         output:
             passages=run_path("retrieval", "retrieve_text", "passages"),
         params:
