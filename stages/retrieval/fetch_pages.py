@@ -109,8 +109,9 @@ def run(ctx) -> None:
         raise StageError("fetch mode is 'record' but param record_warc (the WARC file to write) is empty")
     key = os.environ.get(p["reader_key_env"], "").strip() if p["reader_key_env"] and settings.mode != "replay" else ""
     store = PageStore(p["store"])
-    rows = [r for r in ctx.read_rows("results") if r["kind"] == "page"]
-    ctx.stats["image_results_skipped"] = ctx.read("results").num_rows - len(rows)
+    results = ctx.read_rows("results")
+    rows = [r for r in results if r["kind"] == "page"]
+    ctx.stats["image_results_skipped"] = len(results) - len(rows)
 
     def read(url: str) -> dict | Reject:
         try:
