@@ -212,3 +212,22 @@ def test_record_then_replay_with_the_server_stopped_gives_the_same_table_and_the
     missing = search(tmp_path, write_queries(tmp_path / "q2.jsonl", [{"id": "x", "text": "never recorded"}]), tmp_path / "m.parquet",
                      params(endpoint, tmp_path, fetch={**FETCH, "mode": "replay"}), check=False, warcs=[warc])
     assert missing.returncode != 0 and "google" in missing.stderr and "not_in_archive" in missing.stderr
+
+
+def test_transient_errors_are_retried_by_the_fetch_layer(httpserver: HTTPServer, tmp_path, monkeypatch):
+    monkeypatch.setenv("CITEFORGE_TEST_GOOGLE_KEY", "k")
+    seen: list = []
+    handler = google_handler(seen)
+    calls = {"n": 0}
+
+    def flaky(request: Request) -> Response:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return Response("backend error", status=503)
+        return handler(request)
+
+    httpserver.expect_request("/customsearch/v1").respond_with_handler(flaky)
+    out = tmp_path / "results.parquet"
+    search(tmp_path, write_queries(tmp_path / "q.jsonl", QUERIES[:1]), out, params(httpserver.url_for("/customsearch/v1"), tmp_path, page_top_k=5))
+    assert pq.read_table(out).num_rows == 5 and calls["n"] == 2
+    assert json.loads(open(f"{out}.report.json").read())["stats"]["fetch_retries"] == 1
