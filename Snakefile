@@ -17,6 +17,7 @@ except ConfigError as err:
 include: "rules/common.smk"
 include: "rules/mavis.smk"
 include: "rules/images.smk"
+include: "rules/retrieval.smk"
 include: "rules/m2rag.smk"
 include: "rules/openreview.smk"
 include: "rules/mcitebench.smk"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import gzip
 import socket
 import threading
 import time
@@ -242,3 +243,30 @@ def test_per_host_concurrency_and_rate_limit():
             assert time.monotonic() - started >= 0.3 + 0.15  # starts spaced 0.1 s apart, the last one served for 0.15 s
     finally:
         server.stop()
+
+
+def test_extra_headers_go_to_the_first_origin_only_and_error_bodies_are_kept(tmp_path):
+    """An API key header never follows a redirect to another host; an error's body (a search API's
+    quota message) is on the FetchError, live and replayed."""
+    api, other = HTTPServer(host="127.0.0.1", port=0), HTTPServer(host="127.0.0.1", port=0)
+    api.start()
+    other.start()
+    try:
+        api.expect_request("/go").respond_with_response(Response(status=302, headers={"Location": other.url_for("/landing")}))
+        api.expect_request("/quota").respond_with_data(b'{"error": {"code": 403, "errors": [{"reason": "dailyLimitExceeded"}]}}', status=403, content_type="application/json")
+        other.expect_request("/landing").respond_with_data(b"ok")
+        warc = tmp_path / "h.warc.gz"
+        with Fetcher(settings(mode="record"), record_to=warc) as fetcher:
+            assert fetcher.fetch(api.url_for("/go"), headers={"X-Api-Key": "k1"}).body == b"ok"
+            with pytest.raises(FetchError) as info:
+                fetcher.fetch(api.url_for("/quota"), headers={"X-Api-Key": "k1"})
+        assert info.value.reason == "http_403" and b"dailyLimitExceeded" in info.value.body
+        assert [req.headers.get("X-Api-Key") for req, _ in api.log] == ["k1", "k1"]
+        assert [req.headers.get("X-Api-Key") for req, _ in other.log] == [None]
+    finally:
+        api.stop()
+        other.stop()
+    assert b"X-Api-Key" not in gzip.decompress(warc.read_bytes())  # request headers are never recorded
+    with Fetcher(settings(mode="replay", replay_warcs=[str(warc)])) as replay, pytest.raises(FetchError) as info:
+        replay.fetch(api.url_for("/quota"))
+    assert info.value.reason == "http_403" and b"dailyLimitExceeded" in info.value.body

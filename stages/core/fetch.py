@@ -19,7 +19,12 @@ through `Fetcher.fetch(url)`.
 
 Failures raise FetchError with a reason code stages can use as their reject reason:
 bad_url, dns_error, blocked_address, timeout, connection_error, http_<status>, too_large,
-bad_content_type, bad_response, too_many_redirects, not_in_archive.
+bad_content_type, bad_response, too_many_redirects, not_in_archive. An http_<status> error
+carries the response's body (up to 64 KB; recorded and replayed like any body) for APIs that
+explain themselves there (a search API's quota error).
+
+`fetch(url, headers=...)` sends extra request headers (an API key) to the url's own origin only:
+a redirect to another host gets none of them. Request headers are never recorded.
 """
 from __future__ import annotations
 
@@ -43,7 +48,7 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from .retry import RETRY_EXCEPTIONS, HostRateLimiter, RetriesExhausted, RetryPolicy, with_retries
+from .retry import RETRY_EXCEPTIONS, RETRY_STATUSES, HostRateLimiter, RetriesExhausted, RetryPolicy, with_retries
 
 MODES = ("live", "record", "replay")
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -54,11 +59,15 @@ FAILURE_TYPE = "application/vnd.citeforge.fetch-failure+json"
 _DROPPED_HEADERS = {"content-encoding", "transfer-encoding", "content-length"}
 
 
+ERROR_BODY_BYTES = 64 * 1024
+
+
 class FetchError(Exception):
-    def __init__(self, reason: str, detail: str = ""):
+    def __init__(self, reason: str, detail: str = "", body: bytes = b""):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+        self.body = body  # an error response's body (http_<status>), else empty
 
 
 @dataclass(frozen=True)
@@ -296,26 +305,28 @@ class Fetcher:
         with self._lock:
             self.stats[key] += n
 
-    def fetch(self, url: str, accept: tuple[str, ...] | None = None) -> Fetched:
+    def fetch(self, url: str, accept: tuple[str, ...] | None = None, headers: dict[str, str] | None = None) -> Fetched:
         """GET `url` following redirects. `accept`: allowed media types; an entry ending in '/'
-        is a prefix ('image/'); a response without a Content-Type passes. Raises FetchError."""
+        is a prefix ('image/'); a response without a Content-Type passes. `headers`: extra
+        request headers, sent to `url`'s origin only. Raises FetchError."""
         self._count("fetches")
         try:
             if self.settings.mode == "replay":
                 return self._replay(url, accept)
-            return self._live(url, accept)
+            return self._live(url, accept, headers or {})
         except FetchError as err:
             self._count(f"failed_{err.reason}")
             raise
 
     # live ---------------------------------------------------------------------------------------
-    def _live(self, url: str, accept: tuple[str, ...] | None) -> Fetched:
+    def _live(self, url: str, accept: tuple[str, ...] | None, extra_headers: dict[str, str]) -> Fetched:
         current = url
+        origin = _origin(url)
         for hop in range(self.settings.max_redirects + 1):
             try:
                 parts = _parse(current)
                 self.guard.check_host(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
-                status, reason, headers, body = self._get(current, accept)
+                status, reason, headers, body = self._get(current, accept, extra_headers if _origin(current) == origin else {})
             except FetchError as err:
                 if self.recorder is not None:  # under the hop's url, where a replay will look
                     self.recorder.failure(current, err)
@@ -327,7 +338,7 @@ class Fetcher:
                 current = urljoin(current, lower["location"])
                 continue
             if status >= 400:
-                raise FetchError(f"http_{status}", f"{current}: HTTP {status} {reason}")
+                raise FetchError(f"http_{status}", f"{current}: HTTP {status} {reason}", body)
             return Fetched(url, current, status, lower, body, hop)
         raise FetchError("too_many_redirects", f"{url}: more than {self.settings.max_redirects} redirects")
 
@@ -337,7 +348,7 @@ class Fetcher:
                 self._slots[host] = threading.BoundedSemaphore(max(self.settings.per_host_concurrency, 1))
             return self._slots[host]
 
-    def _get(self, url: str, accept: tuple[str, ...] | None) -> tuple[int, str, list[tuple[str, str]], bytes]:
+    def _get(self, url: str, accept: tuple[str, ...] | None, extra_headers: dict[str, str]) -> tuple[int, str, list[tuple[str, str]], bytes]:
         """One hop with retries, holding a slot of its host (retry waits included: a host that
         said 429 gets no other request from us meanwhile)."""
         body = b""
@@ -348,13 +359,18 @@ class Fetcher:
             self.limiter.wait(url)
             self._count("requests")
             try:
-                response = self.session.get(url, stream=True, allow_redirects=False, timeout=(self.settings.timeout_s, self.settings.timeout_s))
+                response = self.session.get(url, headers=extra_headers, stream=True, allow_redirects=False, timeout=(self.settings.timeout_s, self.settings.timeout_s))
                 body = b""
                 if response.status_code < 300:
                     # the final answer: read it now, so a body cut short is retried like a reset
                     try:
                         _check_type(url, response.headers.get("content-type", ""), accept)
                         body = self._read(url, response)
+                    finally:
+                        response.close()
+                elif response.status_code >= 400 and response.status_code not in RETRY_STATUSES:
+                    try:  # an error that will not be retried: keep what it says
+                        body = self._read_error(response)
                     finally:
                         response.close()
             except RETRY_EXCEPTIONS as err:
@@ -398,6 +414,16 @@ class Fetcher:
             chunks.append(chunk)
         return b"".join(chunks)
 
+    @staticmethod
+    def _read_error(response: requests.Response) -> bytes:
+        chunks, size = [], 0
+        for chunk in response.iter_content(16 * 1024):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= ERROR_BODY_BYTES:
+                break
+        return b"".join(chunks)[:ERROR_BODY_BYTES]
+
     # replay -------------------------------------------------------------------------------------
     def _replay(self, url: str, accept: tuple[str, ...] | None) -> Fetched:
         current = url
@@ -412,7 +438,7 @@ class Fetcher:
                 current = urljoin(current, recorded.headers["location"])
                 continue
             if recorded.status >= 400:
-                raise FetchError(f"http_{recorded.status}", f"{current}: HTTP {recorded.status} (replayed)")
+                raise FetchError(f"http_{recorded.status}", f"{current}: HTTP {recorded.status} (replayed)", recorded.body[:ERROR_BODY_BYTES])
             _check_type(current, recorded.headers.get("content-type", ""), accept)
             if len(recorded.body) > self.settings.max_bytes:
                 raise FetchError("too_large", f"{current}: body of {len(recorded.body)} > {self.settings.max_bytes} bytes")
@@ -423,6 +449,11 @@ class Fetcher:
 def _is_timeout(err: BaseException) -> bool:
     # requests raises ConnectionError(ReadTimeoutError) for a read timeout while streaming
     return isinstance(err, requests.Timeout) or "timed out" in str(err).lower()
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme, parts.netloc.lower()
 
 
 def _parse(url: str):

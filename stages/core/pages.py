@@ -1,0 +1,115 @@
+"""Web pages: charset-correct decoding, reading as markdown with images in place, and the page
+store (raw bodies once by sha256). Used by fetch_pages and its benchmark.
+
+Reader choice. On the test pages (tests/test_fetch_pages.py, scripts/make_retrieval_sample.py:
+articles with navigation, ads, figures, lists, tables and relative image urls) trafilatura's
+markdown output keeps the article and drops navigation, ads and footers, keeps lists and tables,
+and writes every image in place as `![alt](absolute url)`, resolving relative urls against the
+page's url. resiliparse's main-content extraction is faster but writes plain text only: images
+become their alt text without a url (M2RAG §4.2.2 needs the urls), links become "text (url)",
+and on the sample page it kept the advertisement block and dropped the list items. So the local
+reader is trafilatura (favor_recall, tables, formatting, links and images included);
+`split_pages` then applies M2RAG's own cleaning.
+
+Decoding follows the HTML standard's order: a byte-order mark, then the charset of the
+Content-Type header, then a <meta charset> or http-equiv declaration in the first 4 KB, else
+UTF-8. Labels for latin-1 and ASCII decode as windows-1252, as browsers do. A body that does not
+decode strictly with its charset raises `Undecodable`: no replacement characters slip into a
+benchmark's text.
+"""
+from __future__ import annotations
+
+import codecs
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from .tables import atomic_write_bytes
+
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+_META_CHARSET = re.compile(rb"""<meta[^>]+?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
+_HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
+_BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+_WINDOWS_1252 = {"latin_1", "iso8859-1", "ascii", "cp1252"}
+_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]+\)")
+
+
+class Undecodable(ValueError):
+    pass
+
+
+def declared_charset(body: bytes, content_type: str) -> tuple[str, str]:
+    """(label, where it came from): bom | header | meta | default."""
+    for bom, name in _BOMS:
+        if body.startswith(bom):
+            return name, "bom"
+    match = _HEADER_CHARSET.search(content_type or "")
+    if match:
+        return match[1], "header"
+    match = _META_CHARSET.search(body[:4096])
+    if match:
+        return match[1].decode("ascii", "replace"), "meta"
+    return "utf-8", "default"
+
+
+def decode_html(body: bytes, content_type: str) -> tuple[str, str]:
+    """(text, codec name). Raises Undecodable naming the charset, where it was declared and the
+    first bad byte."""
+    label, where = declared_charset(body, content_type)
+    try:
+        codec = codecs.lookup(label).name
+    except LookupError:
+        raise Undecodable(f"unknown charset {label!r} (from the {where})") from None
+    if codec in _WINDOWS_1252:
+        codec = "cp1252"
+    try:
+        return body.decode(codec), codec
+    except UnicodeDecodeError as err:
+        if codec == "cp1252":  # the 5 bytes cp1252 leaves undefined are C1 controls for browsers
+            return body.decode("latin-1"), "latin-1"
+        raise Undecodable(f"byte {body[err.start]:#04x} at offset {err.start} is not {codec} (charset from the {where})") from None
+
+
+def looks_broken(text: str) -> str | None:
+    """Why decoded text is not an HTML page (binary data served as HTML), or None."""
+    head = text[:4096]
+    if "\x00" in head:
+        return "NUL characters in the first 4 KB (binary data)"
+    controls = sum(1 for ch in head if ord(ch) < 32 and ch not in "\t\n\r\f")
+    if head and controls / len(head) > 0.05:
+        return f"{controls} control characters in the first {len(head)} characters"
+    if "<" not in head:
+        return "no markup in the first 4 KB"
+    return None
+
+
+def html_to_markdown(html: str, url: str) -> tuple[str, str]:
+    """(title, markdown) by trafilatura; empty markdown when it finds no main content."""
+    import trafilatura  # heavy import, only where pages are read
+
+    markdown = trafilatura.extract(
+        html, url=url, output_format="markdown", include_images=True, include_links=True,
+        include_tables=True, include_formatting=True, favor_recall=True, deduplicate=False,
+    ) or ""
+    metadata = trafilatura.extract_metadata(html, default_url=url)
+    title = (metadata.title if metadata and metadata.title else "") or ""
+    return title.strip(), markdown.strip()
+
+
+def count_images(markdown: str) -> int:
+    return len(_IMAGE.findall(markdown))
+
+
+class PageStore:
+    """Raw page bodies once by sha256: <root>/<sha[:2]>/<sha><ext>."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    def put(self, body: bytes, ext: str = ".html") -> str:
+        sha = hashlib.sha256(body).hexdigest()
+        path = self.root / sha[:2] / f"{sha}{ext}"
+        if not path.exists():
+            atomic_write_bytes(path, body)
+        return sha

@@ -1,0 +1,171 @@
+"""Web search providers behind one small interface (MAVIS §3.2 Step 2: Google Programmable Search
+for images; M2RAG §4.2.1: Google Search for pages, Google Image Search for auxiliary images).
+
+A provider turns (query, kind, top_k) into ranked `SearchHit`s, paging as its API requires. Every
+request goes through the fetch layer (stages.core.fetch: SSRF guard, byte cap, retries of 429/5xx
+and timeouts, WARC record/replay), so a search-derived benchmark rebuilds offline from its WARC.
+Keys travel in request headers, never in urls: they stay out of WARC files, caches and logs.
+
+Anything that stops a provider from answering (quota or rate limit exhausted after retries, a
+rejected or missing key, an unreachable endpoint, a reply that is not the API's JSON, a replay
+archive without the request) raises `SearchFailed` naming the provider: a stage stops on it rather
+than writing an empty result for the query.
+
+Modules: `google` (Programmable Search JSON API, web and image mode), `searxng` (a self-hosted
+SearXNG's JSON API). `make_provider(name, settings)` builds one from its config section.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from stages.core.fetch import Fetcher, FetchError
+from stages.core.tables import atomic_write_bytes
+
+KINDS = ("page", "image")
+
+
+@dataclass
+class SearchHit:
+    rank: int  # 1-based, in the provider's order, after dropping repeated urls
+    url: str  # the page, or the image file in image mode
+    title: str
+    snippet: str
+    kind: str  # page | image
+    page_url: str = ""  # image mode: the page showing the image
+    width: int | None = None  # image mode, where the provider gives them
+    height: int | None = None
+
+
+class SearchFailed(RuntimeError):
+    """The provider cannot answer: the job stops, naming the provider and why."""
+
+    def __init__(self, provider: str, reason: str, detail: str):
+        super().__init__(f"search provider {provider}: {reason}: {detail}")
+        self.provider = provider
+        self.reason = reason
+
+
+class Provider:
+    """Base of every provider: rate limit, one JSON GET through the fetch layer, error mapping.
+
+    Subclasses set `name`, implement `search` (paging) and may refine `explain` (their API's error
+    bodies)."""
+
+    name = "provider"
+
+    def __init__(self, settings: dict):
+        self.settings = dict(settings)
+        rate = float(self.settings.get("rate_per_s") or 0)
+        self._interval = 1.0 / rate if rate > 0 else 0.0
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    # what identifies a result list apart from the query: endpoint, engine, language...
+    def cache_identity(self) -> dict:
+        return {k: v for k, v in sorted(self.settings.items()) if not k.endswith("_env") and k != "rate_per_s"}
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+    def search(self, fetcher: Fetcher, query: str, kind: str, top_k: int) -> list[SearchHit]:
+        raise NotImplementedError
+
+    def _wait_turn(self) -> None:
+        """The provider's own rate limit (requests per second), across threads."""
+        if not self._interval:
+            return
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next)
+            self._next = start + self._interval
+        if start > now:
+            time.sleep(start - now)
+
+    def get_json(self, fetcher: Fetcher, url: str) -> dict:
+        if fetcher.settings.mode != "replay":  # a replay sends nothing anywhere
+            self._wait_turn()
+        try:
+            fetched = fetcher.fetch(url, accept=("application/json", "text/json"), headers=self.headers())
+        except FetchError as err:
+            raise SearchFailed(self.name, *self.explain(err)) from None
+        try:
+            data = json.loads(fetched.body)
+        except ValueError as err:
+            raise SearchFailed(self.name, "bad_response", f"{url}: not JSON ({err})") from None
+        if not isinstance(data, dict):
+            raise SearchFailed(self.name, "bad_response", f"{url}: JSON {type(data).__name__}, expected an object")
+        return data
+
+    def explain(self, err: FetchError) -> tuple[str, str]:
+        """(reason, detail) for a failed request; providers read their error bodies here."""
+        if err.reason == "http_429":
+            return "rate_limited", f"HTTP 429 after retries: {err.detail}"
+        if err.reason in ("http_401", "http_403"):
+            return "auth", f"{err.detail}: the key is missing, wrong or not allowed"
+        return err.reason, err.detail
+
+
+def make_provider(name: str, settings: dict, need_key: bool = True) -> Provider:
+    """The provider `name` from its config section. `need_key`: False in replay mode, where no
+    request leaves the machine and no key is read."""
+    from . import google, searxng  # noqa: PLC0415 (both are small; imported here to avoid a cycle)
+
+    providers = {"google": google.GoogleSearch, "searxng": searxng.SearxngSearch}
+    if name not in providers:
+        raise ValueError(f"unknown search provider {name!r}; known: {sorted(providers)}")
+    return providers[name](settings, need_key=need_key)
+
+
+def env_value(provider: str, variable: str, what: str) -> str:
+    value = os.environ.get(variable, "").strip() if variable else ""
+    if not value:
+        raise SearchFailed(provider, "no_key", f"{what}: environment variable {variable or '(none named)'} is not set")
+    return value
+
+
+def dedupe(hits: list[SearchHit], top_k: int) -> list[SearchHit]:
+    """First occurrence of each url, ranks renumbered 1..n, at most top_k."""
+    seen: set[str] = set()
+    kept = []
+    for hit in hits:
+        if hit.url and hit.url not in seen:
+            seen.add(hit.url)
+            kept.append(hit)
+    for rank, hit in enumerate(kept[:top_k], 1):
+        hit.rank = rank
+    return kept[:top_k]
+
+
+class SearchCache:
+    """Result lists by (provider, its settings, kind, query, top_k), one JSON file each, so a live
+    run never asks the same question twice. mode: use | refresh (ask again, overwrite) | off."""
+
+    def __init__(self, root: str | os.PathLike, mode: str = "use"):
+        if mode not in ("use", "refresh", "off"):
+            raise ValueError(f"search cache mode must be use, refresh or off, got {mode!r}")
+        self.root = Path(root)
+        self.mode = mode
+
+    def _path(self, provider: Provider, kind: str, query: str, top_k: int) -> Path:
+        key = json.dumps([provider.name, provider.cache_identity(), kind, query, top_k], sort_keys=True)
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        return self.root / provider.name / digest[:2] / f"{digest}.json"
+
+    def get(self, provider: Provider, kind: str, query: str, top_k: int) -> list[SearchHit] | None:
+        if self.mode != "use":
+            return None
+        path = self._path(provider, kind, query, top_k)
+        if not path.exists():
+            return None
+        return [SearchHit(**hit) for hit in json.loads(path.read_text())]
+
+    def put(self, provider: Provider, kind: str, query: str, top_k: int, hits: list[SearchHit]) -> None:
+        if self.mode == "off":
+            return
+        atomic_write_bytes(self._path(provider, kind, query, top_k), json.dumps([asdict(h) for h in hits]).encode())

@@ -1,0 +1,154 @@
+"""build_text_index: one shard of the passage index over a text corpus (MAVIS §3.2 Step 2: C4, "a
+collection of hundreds of gigabytes of English text scraped from the web", searched with every
+atomic fact for the top five passages).
+
+The corpus is read with `datasets.load_dataset(path, name, split, data_files, streaming=True)`:
+on real runs `path` is a Hub dataset (C4: path allenai/c4, name en) read as a stream, with
+`limit` documents in all; offline any `json`/`parquet` files with a text column (the demo's
+C4-like sample). Shard `shard` of `shards` is `datasets.distributed.split_dataset_by_node`: whole
+files per shard when the file count divides evenly (C4 en has 1024 train files), else every
+shards-th document; each shard reads at most ceil(limit / shards) documents. Snakemake runs one
+job per shard; retrieve_text merges their top-k.
+
+Documents are cut into `passage_words`-word passages and indexed (stages.core.text_index: BM25 with
+bm25s by default; `method: dense` embeds with the packaged all-MiniLM-L6-v2 into FAISS). The index
+is built once per corpus + settings + shard under `store/<key>/` (key: a hash of the corpus
+spec, its local files' sizes and times, and the settings) and reused by every later run.
+
+Output `index` (retrieval_text_index): one row naming the shard's folder. Rejects: `empty_text`
+(a document with no text); kept in the folder and reported again on reuse. A missing text column
+stops the job naming the columns there are. Invariant: documents in = documents indexed + rejected.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow.parquet as pq
+
+from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.text_index import IndexSettings, build_shard, folder_bytes, index_key, iter_passages
+
+VERSION = "1"
+CORPUS_KEYS = {"path", "name", "split", "revision", "text_column", "id_column", "limit", "id_prefix"}
+
+
+def corpus_spec(ctx) -> dict:
+    corpus = dict(ctx.params["corpus"])
+    unknown = sorted(set(corpus) - CORPUS_KEYS)
+    if unknown or not corpus.get("path"):
+        raise StageError(f"param corpus needs path; allowed keys {sorted(CORPUS_KEYS)}, unknown {unknown}")
+    corpus.setdefault("split", "train")
+    corpus.setdefault("text_column", "text")
+    files = [Path(f) for f in ctx.input_paths("data_files")]
+    corpus["files"] = [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    return corpus
+
+
+def documents(ctx, corpus: dict) -> Iterator[tuple[str, str | None]]:
+    """(doc id, text) of this shard's documents."""
+    import datasets
+    from datasets.distributed import split_dataset_by_node
+
+    p = ctx.params
+    try:
+        stream = datasets.load_dataset(
+            corpus["path"], corpus.get("name"), split=corpus["split"], data_files=ctx.input_paths("data_files") or None,
+            revision=corpus.get("revision"), streaming=True,
+        )
+    except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as err:
+        raise StageError(f"cannot open corpus {corpus['path']!r} (split {corpus['split']!r}): {err}") from None
+    if p["shards"] > 1:
+        stream = split_dataset_by_node(stream, rank=p["shard"], world_size=p["shards"])
+    if corpus.get("limit"):
+        stream = stream.take(math.ceil(corpus["limit"] / p["shards"]))
+    prefix = corpus.get("id_prefix") or "doc"
+    id_column = corpus.get("id_column")
+    for number, row in enumerate(stream):
+        if corpus["text_column"] not in row:
+            raise StageError(f"corpus {corpus['path']!r} has no text column {corpus['text_column']!r}; columns: {sorted(row)}")
+        raw_id = row.get(id_column) if id_column else None
+        yield f"{prefix}:{raw_id}" if raw_id not in (None, "") else f"{prefix}:{p['shard']:05d}-{number}", row[corpus["text_column"]]
+
+
+def run(ctx) -> None:
+    p = ctx.params
+    if not 0 <= p["shard"] < p["shards"]:
+        raise StageError(f"param shard {p['shard']} is not in 0..{p['shards'] - 1}")
+    settings = IndexSettings(p["method"], p["passage_words"], p["k1"], p["b"], p["stemmer"], p["batch_size"])
+    try:
+        settings.check()
+    except ValueError as err:
+        raise StageError(str(err)) from None
+    corpus = corpus_spec(ctx)
+    key = index_key(corpus, settings, p["shard"], p["shards"])
+    folder = Path(p["store"]) / key
+    reused = (folder / "meta.json").exists()
+    if reused:
+        meta = json.loads((folder / "meta.json").read_text())
+        for reject in pq.read_table(folder / "rejects.parquet").to_pylist():
+            ctx.reject(reject["id"], reject["reason"], reject["detail"])
+    else:
+        rejects: list[dict] = []
+        counts = {"documents": 0}
+
+        def kept() -> Iterator[tuple[str, str]]:
+            for doc_id, text in documents(ctx, corpus):
+                counts["documents"] += 1
+                if not isinstance(text, str) or not text.strip():
+                    rejects.append({"id": doc_id, "reason": "empty_text", "detail": f"document {doc_id} has no text in {corpus['text_column']!r}"})
+                    continue
+                yield doc_id, text
+
+        try:
+            meta = build_shard(
+                iter_passages(kept(), settings.passage_words), settings, folder,
+                lambda: ({"documents": counts["documents"], "documents_rejected": len(rejects), "corpus": corpus}, rejects),
+            )
+        except ValueError as err:
+            raise StageError(f"shard {p['shard']} of corpus {corpus['path']!r}: {err}") from None
+        for reject in rejects:
+            ctx.reject(reject["id"], reject["reason"], reject["detail"])
+    ctx.add_input(meta["documents"])
+    ctx.stats["documents_indexed"] = meta["documents"] - meta["documents_rejected"]
+    ctx.stats["passages"] = meta["passages"]
+    ctx.stats["reused"] = int(reused)
+    ctx.write("index", [{
+        "shard": p["shard"], "shards": p["shards"], "key": key, "path": str(folder), "method": settings.method,
+        "documents": meta["documents"], "passages": meta["passages"], "bytes": folder_bytes(folder), "reused": reused,
+    }])
+
+
+def invariant(ctx) -> str | None:
+    indexed = ctx.stats["documents_indexed"]
+    if ctx.rows_in != indexed + ctx.rejected:
+        return f"documents in {ctx.rows_in} != indexed {indexed} + rejected {ctx.rejected}"
+    return None
+
+
+STAGE = Stage(
+    name="build_text_index",
+    version=VERSION,
+    doc=__doc__,
+    inputs={"data_files": Input("local corpus files (json lines / parquet); none for a Hub corpus", many=True, optional=True, kind="file")},
+    outputs={"index": Output("retrieval_text_index", "the shard's index folder", counted=False)},
+    params={
+        "corpus": Param(dict, {"path": "json", "split": "train", "text_column": "text"}, "datasets.load_dataset spec: path, name, split, revision, text_column, id_column, limit (documents in all; 0 = all), id_prefix"),
+        "shard": Param(int, 0, "this job's shard"),
+        "shards": Param(int, 1, "corpus shards (one index and one job each)"),
+        "method": Param(str, "bm25", "bm25 (bm25s) | dense (all-MiniLM-L6-v2 + FAISS)"),
+        "passage_words": Param(int, 100, "words per passage"),
+        "k1": Param(float, 1.5, "BM25 k1"),
+        "b": Param(float, 0.75, "BM25 b"),
+        "stemmer": Param(str, "english", "BM25 tokens: Snowball stemmer language (PyStemmer); empty = none"),
+        "batch_size": Param(int, 64, "dense: passages per encoder batch"),
+        "store": Param(str, "data/cache/text_index", "where shard indexes are built once and reused"),
+    },
+    run=run,
+    invariant=invariant,
+)
+
+if __name__ == "__main__":
+    STAGE.main()

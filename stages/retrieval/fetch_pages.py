@@ -1,0 +1,173 @@
+"""fetch_pages: read every page result as markdown with its images in place (M2RAG §4.2.1: "retrieve
+each web page containing a mix of text and images in markdown format using JINA AI Reader").
+
+Input `results` (retrieval_search_results, from search_web): every row of kind `page` is one item
+(image rows are the image stages' business and are not read here). Each distinct url is fetched
+once through the fetch layer (stages.core.fetch: SSRF guard on every redirect hop, retries, rate
+limits, byte cap `max_bytes`, WARC record/replay) and its raw body stored once by sha256 under
+`store`. Two readers:
+
+- `local` (default): the page is decoded (BOM, Content-Type charset, <meta charset>, else UTF-8;
+  latin-1 labels as windows-1252) and read by trafilatura into markdown with images as
+  `![alt](absolute url)`: why trafilatura and not resiliparse is in stages/core/pages.py.
+- `jina`: GET <reader_endpoint>/<url> (Jina Reader, the seed's tool) through the same fetch layer,
+  JSON reply {data: {title, url, content}}; an optional key from the variable named by
+  `reader_key_env` goes in an Authorization header. A reader refusing the key or out of quota
+  (401, 402, 429 after retries) stops the job naming Jina Reader.
+
+Output `pages` (retrieval_pages): one row per (query, page url). Rejects, each with the url: the
+fetch layer's reasons (http_403 and other http_<status>, blocked_address, too_large, timeout,
+connection_error, too_many_redirects, not_in_archive, ...), `not_html` (another Content-Type: a
+PDF, an image), `empty_page` (no bytes), `undecodable` (not valid in its declared charset, or
+not UTF-8 when none is declared), `broken_html` (binary or markup-less data served as HTML),
+`no_content` (the reader found no main text), `reader_error` (the reader API's reply is not its
+JSON). Invariant: page rows in = pages + rejected.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import os
+
+from stages.core.fetch import Fetcher, FetchError, FetchSettings
+from stages.core.ids import content_id
+from stages.core.pages import HTML_TYPES, PageStore, Undecodable, count_images, decode_html, html_to_markdown, looks_broken
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
+
+VERSION = "1"
+READER_STOPS = {"http_401", "http_402", "http_429"}
+
+
+class ReaderStopped(RuntimeError):
+    pass
+
+
+def read_local(fetcher: Fetcher, store: PageStore, url: str) -> dict:
+    """The page's columns, or raises Reject."""
+    try:
+        fetched = fetcher.fetch(url)
+    except FetchError as err:
+        raise Reject(err.reason, err.detail) from None
+    media = fetched.content_type
+    if not fetched.body.strip():
+        raise Reject("empty_page", f"{fetched.final_url}: no content ({len(fetched.body)} bytes)")
+    if media and media not in HTML_TYPES:
+        raise Reject("not_html", f"{fetched.final_url}: Content-Type {media!r}")
+    try:
+        html, charset = decode_html(fetched.body, fetched.headers.get("content-type", ""))
+    except Undecodable as err:
+        raise Reject("undecodable", f"{fetched.final_url}: {err}") from None
+    broken = looks_broken(html)
+    if broken:
+        raise Reject("broken_html", f"{fetched.final_url}: {broken}")
+    title, markdown = html_to_markdown(html, fetched.final_url)
+    if not markdown:
+        raise Reject("no_content", f"{fetched.final_url}: the reader found no main text in {len(html)} characters of HTML")
+    return {
+        "final_url": fetched.final_url, "status": fetched.status, "content_type": media or "text/html",
+        "charset": charset, "sha256": store.put(fetched.body, ".html"), "title": title, "markdown": markdown,
+    }
+
+
+def read_jina(fetcher: Fetcher, store: PageStore, url: str, endpoint: str, key: str) -> dict:
+    headers = {"Accept": "application/json", "X-Return-Format": "markdown"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    reader_url = f"{endpoint.rstrip('/')}/{url}"
+    try:
+        fetched = fetcher.fetch(reader_url, headers=headers)
+    except FetchError as err:
+        if err.reason in READER_STOPS:
+            raise ReaderStopped(f"Jina Reader at {endpoint}: {err.reason}: {err.detail} (key or quota: see reader_key_env)") from None
+        raise Reject(err.reason, f"via Jina Reader: {err.detail}") from None
+    try:
+        data = json.loads(fetched.body)["data"]
+        markdown = (data.get("content") or "").strip()
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise Reject("reader_error", f"{reader_url}: reply is not the reader's JSON ({type(err).__name__}: {err})") from None
+    if not markdown:
+        raise Reject("no_content", f"{reader_url}: the reader returned no content")
+    return {
+        "final_url": data.get("url") or url, "status": fetched.status, "content_type": fetched.content_type or "application/json",
+        "charset": "utf-8", "sha256": store.put(markdown.encode(), ".md"), "title": (data.get("title") or "").strip(), "markdown": markdown,
+    }
+
+
+def run(ctx) -> None:
+    p = ctx.params
+    if p["reader"] not in ("local", "jina"):
+        raise StageError(f"param reader must be local or jina, got {p['reader']!r}")
+    try:
+        settings = FetchSettings.from_dict(p["fetch"])
+    except (TypeError, ValueError) as err:
+        raise StageError(f"param fetch: {err}") from None
+    settings = dataclasses.replace(settings, max_bytes=min(settings.max_bytes, p["max_bytes"]))
+    if ctx.has_input("warcs"):
+        settings = dataclasses.replace(settings, replay_warcs=tuple(ctx.input_paths("warcs")))
+    if settings.mode == "record" and not p["record_warc"]:
+        raise StageError("fetch mode is 'record' but param record_warc (the WARC file to write) is empty")
+    key = os.environ.get(p["reader_key_env"], "").strip() if p["reader_key_env"] and settings.mode != "replay" else ""
+    store = PageStore(p["store"])
+    results = ctx.read_rows("results")
+    rows = [r for r in results if r["kind"] == "page"]
+    ctx.stats["image_results_skipped"] = len(results) - len(rows)
+
+    def read(url: str) -> dict | Reject:
+        try:
+            if p["reader"] == "jina":
+                return read_jina(fetcher, store, url, p["reader_endpoint"], key)
+            return read_local(fetcher, store, url)
+        except Reject as rejected:
+            return rejected
+
+    try:
+        fetcher = Fetcher(settings, record_to=p["record_warc"] or None)
+    except ValueError as err:
+        raise StageError(f"fetch: {err}") from None
+    urls = sorted({r["url"] for r in rows})
+    with fetcher, concurrent.futures.ThreadPoolExecutor(max_workers=p["workers"]) as pool:
+        try:
+            read_by_url = dict(zip(urls, pool.map(read, urls)))
+        except ReaderStopped as err:
+            raise StageError(str(err)) from None
+    for key_, value in fetcher.stats.items():
+        ctx.stats[f"fetch_{key_}"] = value
+
+    writer = ctx.writer("pages")
+    for row in rows:
+        page_id = content_id("page", row["query_id"], row["url"])
+        with ctx.item(page_id):
+            read_result = read_by_url[row["url"]]
+            if isinstance(read_result, Reject):
+                raise Reject(read_result.reason, f"query={row['query_id']}: {read_result.detail}")
+            writer.write({
+                "id": page_id, "query_id": row["query_id"], "result_id": row["id"], "rank": row["rank"], "url": row["url"],
+                **read_result, "chars": len(read_result["markdown"]), "images": count_images(read_result["markdown"]), "reader": p["reader"],
+            })
+
+
+STAGE = Stage(
+    name="fetch_pages",
+    version=VERSION,
+    doc=__doc__,
+    inputs={
+        "results": Input("search results (page rows are read)", many=True, table="retrieval_search_results"),
+        "warcs": Input("WARC files replay mode answers from (instead of fetch.replay_warcs)", many=True, optional=True, kind="file"),
+    },
+    outputs={"pages": Output("retrieval_pages", "one row per (query, page) read as markdown")},
+    params={
+        "reader": Param(str, "local", "local (trafilatura) | jina (Jina Reader API, the seed's reader)"),
+        "reader_endpoint": Param(str, "https://r.jina.ai", "reader API base url; the page url is appended"),
+        "reader_key_env": Param(str, "JINA_API_KEY", "environment variable with the reader API key (optional)"),
+        "store": Param(str, "data/cache/pages", "raw page bodies by sha256, shared across runs"),
+        "max_bytes": Param(int, 5_000_000, "largest page accepted (also capped by fetch.max_bytes)"),
+        "workers": Param(int, 8, "concurrent fetches (per-host limits still apply)"),
+        "fetch": Param(dict, {}, "fetch settings: the fetch: config section (stages.core.fetch.FetchSettings)"),
+        "record_warc": Param(str, "", "in fetch mode 'record': the WARC file every response is written to"),
+    },
+    run=run,
+)
+
+if __name__ == "__main__":
+    STAGE.main()

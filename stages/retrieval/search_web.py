@@ -1,0 +1,135 @@
+"""search_web: ranked web results for every query (MAVIS §3.2 Step 2 "Collection of multimodal
+documents": each atomic fact as a query, the top five images of Google Programmable Search;
+M2RAG §4.2.1: the top web pages of Google Search per query, plus auxiliary images from Google
+Image Search for the same query).
+
+Input `queries`: a table (Parquet, or JSON lines for a bundled sample) with an id and a text
+column (params id_column, text_column). For every query, `page_top_k` page results and
+`image_top_k` image results (0 skips that kind) from one provider (stages.core.search: `google`,
+`searxng`), paged as the API requires. Every request goes through the fetch layer, so `fetch.mode:
+record` keeps them in a WARC file and `replay` rebuilds the table offline. Result lists are cached
+by (provider, its settings, kind, query, top_k) under `cache_dir`: read and written in live mode,
+written in record mode (which asks again so the WARC holds every answer), unused in replay (which
+reads only its WARC, so it reproduces the recorded run exactly).
+
+Output `results` (retrieval_search_results): one row per (query, kind, rank); ids are
+`result:<16 hex>` of (query id, kind, url).
+
+Rejects: `empty_query` (no text), `duplicate_query` (an id seen before), `no_results` (the provider
+answered and found nothing of any asked kind). Quota, rate-limit and key errors, an unreachable
+provider and a replay archive missing a request stop the job with one line naming the provider:
+never an empty result. Invariant: queries in = queries with results + rejected.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from stages.core.fetch import Fetcher, FetchSettings
+from stages.core.ids import content_id
+from stages.core.queries import read_queries
+from stages.core.search import SearchCache, SearchFailed, make_provider
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
+
+VERSION = "1"
+
+
+def fetch_settings(ctx) -> FetchSettings:
+    try:
+        settings = FetchSettings.from_dict(ctx.params["fetch"])
+    except (TypeError, ValueError) as err:
+        raise StageError(f"param fetch: {err}") from None
+    if ctx.has_input("warcs"):
+        settings = dataclasses.replace(settings, replay_warcs=tuple(ctx.input_paths("warcs")))
+    if settings.mode == "record" and not ctx.params["record_warc"]:
+        raise StageError("fetch mode is 'record' but param record_warc (the WARC file to write) is empty")
+    return settings
+
+
+def run(ctx) -> None:
+    p = ctx.params
+    settings = fetch_settings(ctx)
+    wanted = [(kind, k) for kind, k in (("page", p["page_top_k"]), ("image", p["image_top_k"])) if k > 0]
+    if not wanted:
+        raise StageError("page_top_k and image_top_k are both 0: nothing to search for")
+    try:
+        queries = read_queries(ctx.input_paths("queries"), p["id_column"], p["text_column"])
+        provider = make_provider(p["provider"], p["provider_settings"], need_key=settings.mode != "replay")
+        # record asks again (the WARC must hold every answer) and refreshes the cache; replay reads only its WARC
+        mode = {"replay": "off", "record": "off" if p["cache_mode"] == "off" else "refresh"}.get(settings.mode, p["cache_mode"])
+        cache = SearchCache(p["cache_dir"], mode)
+        fetcher = Fetcher(settings, record_to=p["record_warc"] or None)
+    except (ValueError, SearchFailed) as err:
+        raise StageError(str(err)) from None
+
+    writer = ctx.writer("results")
+    seen: set[str] = set()
+    with fetcher:
+        for query_id, text in queries:
+            with ctx.item(query_id or "(no id)"):
+                if query_id in seen:
+                    raise Reject("duplicate_query", f"query id {query_id!r} appears again: the first row is searched")
+                seen.add(query_id)
+                if not text.strip():
+                    raise Reject("empty_query", f"query {query_id!r} has no text in column {p['text_column']!r}")
+                found = 0
+                for kind, top_k in wanted:
+                    hits = cache.get(provider, kind, text, top_k)
+                    if hits is None:
+                        try:
+                            hits = provider.search(fetcher, text, kind, top_k)
+                        except SearchFailed as err:
+                            raise StageError(f"{err} (query {query_id!r}, {kind} search)") from None
+                        cache.put(provider, kind, text, top_k, hits)
+                    else:
+                        ctx.stats["cache_hits"] += 1
+                    ctx.stats[f"{kind}_results"] += len(hits)
+                    found += len(hits)
+                    writer.write_many([
+                        {
+                            "id": content_id("result", query_id, kind, hit.url), "query_id": query_id, "query": text,
+                            "kind": kind, "rank": hit.rank, "url": hit.url, "title": hit.title, "snippet": hit.snippet,
+                            "page_url": hit.page_url, "width": hit.width, "height": hit.height, "provider": provider.name,
+                        }
+                        for hit in hits
+                    ])
+                if not found:
+                    raise Reject("no_results", f"{provider.name} found nothing for {text[:200]!r} ({', '.join(k for k, _ in wanted)})")
+                ctx.stats["queries_with_results"] += 1
+    for key, value in fetcher.stats.items():
+        ctx.stats[f"fetch_{key}"] = value
+
+
+def invariant(ctx) -> str | None:
+    answered = ctx.stats["queries_with_results"]
+    if ctx.rows_in != answered + ctx.rejected:
+        return f"queries in {ctx.rows_in} != queries with results {answered} + rejected {ctx.rejected}"
+    return None
+
+
+STAGE = Stage(
+    name="search_web",
+    version=VERSION,
+    doc=__doc__,
+    inputs={
+        "queries": Input("queries: Parquet or JSON lines with id_column and text_column", many=True),
+        "warcs": Input("WARC files replay mode answers from (instead of fetch.replay_warcs)", many=True, optional=True, kind="file"),
+    },
+    outputs={"results": Output("retrieval_search_results", "ranked results, one row per (query, kind, rank)", counted=False)},
+    params={
+        "provider": Param(str, "google", "search provider: google | searxng"),
+        "provider_settings": Param(dict, {}, "the provider's config section (stages/core/search/<provider>.py)"),
+        "page_top_k": Param(int, 10, "page results per query (M2RAG: 10); 0 = no page search"),
+        "image_top_k": Param(int, 0, "image results per query (MAVIS: 5 per atomic fact); 0 = no image search"),
+        "id_column": Param(str, "id", "query id column"),
+        "text_column": Param(str, "text", "query text column"),
+        "cache_dir": Param(str, "data/cache/search", "result-list cache (live and record mode)"),
+        "cache_mode": Param(str, "use", "use | refresh | off"),
+        "fetch": Param(dict, {}, "fetch settings: the fetch: config section (stages.core.fetch.FetchSettings)"),
+        "record_warc": Param(str, "", "in fetch mode 'record': the WARC file every response is written to"),
+    },
+    run=run,
+    invariant=invariant,
+)
+
+if __name__ == "__main__":
+    STAGE.main()
