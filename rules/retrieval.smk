@@ -9,9 +9,9 @@ if RETRIEVAL.get("enabled", False):
     _retr_fetch_mode = config.get("fetch", {}).get("mode", "live")
     _retr_fetch = {k: v for k, v in config.get("fetch", {}).items() if k != "replay_warcs"}  # replay WARCs are rule inputs
     _retr_replay = {"warcs": RETRIEVAL.get("replay_warcs", [])} if _retr_fetch_mode == "replay" else {}
-    _retr_search = RETRIEVAL.get("search", {})
-    _retr_index = RETRIEVAL.get("index", {})
-    _retr_corpus = {k: v for k, v in RETRIEVAL.get("corpus", {}).items() if k != "data_files"}
+    _retr_search = RETRIEVAL.get("search_web", {})
+    _retr_index = {k: v for k, v in RETRIEVAL.get("build_text_index", {}).items() if k != "corpus"}
+    _retr_corpus = {k: v for k, v in RETRIEVAL.get("build_text_index", {}).get("corpus", {}).items() if k != "data_files"}
     RETRIEVAL_INDEX_SHARDS = [f"{i:05d}" for i in range(_retr_index.get("shards", 1))]
 
     def _retr_record(stage):
@@ -52,7 +52,7 @@ if RETRIEVAL.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("fetch_pages"),
-            settings=settings({**RETRIEVAL.get("pages", {}), "fetch": _retr_fetch, "record_warc": _retr_record("fetch_pages").get("sidecar_warc", "")}),
+            settings=settings({**RETRIEVAL.get("fetch_pages", {}), "fetch": _retr_fetch, "record_warc": _retr_record("fetch_pages").get("sidecar_warc", "")}),
         log:
             log_path("retrieval", "fetch_pages"),
         benchmark:
@@ -69,7 +69,7 @@ if RETRIEVAL.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("split_pages"),
-            settings=settings(RETRIEVAL.get("split", {})),
+            settings=settings(RETRIEVAL.get("split_pages", {})),
         log:
             log_path("retrieval", "split_pages"),
         benchmark:
@@ -80,7 +80,7 @@ if RETRIEVAL.get("enabled", False):
     rule build_text_index:
         input:
             stage=stage_code("build_text_index"),
-            data_files=RETRIEVAL.get("corpus", {}).get("data_files", []),
+            data_files=RETRIEVAL.get("build_text_index", {}).get("corpus", {}).get("data_files", []),
         output:
             index=run_path("retrieval", "build_text_index", "text_index", "{index_shard}"),
         wildcard_constraints:
@@ -109,7 +109,7 @@ if RETRIEVAL.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("retrieve_text"),
-            settings=settings(RETRIEVAL.get("retrieve", {})),
+            settings=settings(RETRIEVAL.get("retrieve_text", {})),
         log:
             log_path("retrieval", "retrieve_text"),
         benchmark:

@@ -95,7 +95,7 @@ STAGE = Stage(
     },
     outputs={"passages": Output("retrieval_passages", "top passages per query, shards merged", counted=False)},
     params={
-        "top_k": Param(int, 5, "passages per query (MAVIS: 5)"),
+        "top_k": Param(int, 5, "passages per query (MAVIS: 5)", min=1),
         "id_column": Param(str, "id", "query id column"),
         "text_column": Param(str, "text", "query text column"),
     },

@@ -12,7 +12,7 @@ dailyLimitExceeded / quotaExceeded, 429 rateLimitExceeded (after the fetch layer
 quota errors; 400 keyInvalid, 401, 403 forbidden / accessNotConfigured are key errors. All stop
 the job, naming Google and the reason.
 
-Settings (config `retrieval.search.google`): endpoint, key_env (variable holding the API key),
+Settings (config `retrieval.search_web.google`): endpoint, key_env (variable holding the API key),
 engine_id_env (variable holding the engine id `cx`) or engine_id (the id itself: it is not a
 secret, it is in every public search box), rate_per_s, params (extra API parameters: gl, lr, safe...).
 """

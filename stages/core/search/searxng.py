@@ -7,7 +7,7 @@ A reply has `results` (url, title, content; in the images category img_src, the 
 resolution "WxH"), as many per page as the instance's engines return: pages are asked for until
 top_k distinct urls, an empty page, or `max_pages`. An instance without `json` in
 `search.formats` answers 403: that stops the job with that advice. Settings (config
-`retrieval.search.searxng`): endpoint (required), rate_per_s, max_pages, language, safesearch,
+`retrieval.search_web.searxng`): endpoint (required), rate_per_s, max_pages, language, safesearch,
 key_env (optional: a bearer token for an instance behind an authenticating proxy).
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ class SearxngSearch(Provider):
         super().__init__(settings)
         self.endpoint = (self.settings.get("endpoint") or "").rstrip("/")
         if not self.endpoint:
-            raise SearchFailed(self.name, "no_endpoint", "set retrieval.search.searxng.endpoint to the instance's base url")
+            raise SearchFailed(self.name, "no_endpoint", "set retrieval.search_web.searxng.endpoint to the instance's base url")
         self.max_pages = int(self.settings.get("max_pages") or 5)
         key_env = self.settings.get("key_env") or ""
         self.token = os.environ.get(key_env, "").strip() if (key_env and need_key) else ""
