@@ -235,6 +235,26 @@ def _record_id(record, required: str) -> str:
     return record_id
 
 
+_post_fields_fast = itemgetter("title", "selftext", "url", "is_gallery", "author", "created_utc", "score", "num_comments",
+                               "over_18", "permalink")
+
+
+def post_fields(post: dict) -> tuple:
+    """(title, selftext, url, is_gallery, author, created_utc, score, num_comments, over_18,
+    permalink) of a post, every field checked and normalised; raises Reject. A post whose fields
+    all have their plain types is read in one step (same values)."""
+    try:
+        fields = title, selftext, url, is_gallery, author, created, score, comments, over_18, permalink = _post_fields_fast(post)
+    except KeyError:
+        fields = None
+    if (fields and type(title) is str is type(selftext) is type(url) is type(permalink) and type(is_gallery) is bool is type(over_18)
+            and type(created) is int is type(score) is type(comments) and (author is None or type(author) is str)
+            and INT64_MIN <= created <= INT64_MAX and INT64_MIN <= score <= INT64_MAX and INT64_MIN <= comments <= INT64_MAX):
+        return fields
+    return (_text(post, "title"), _text(post, "selftext"), _text(post, "url"), _flag(post, "is_gallery"), _text(post, "author", None),
+            _int(post, "created_utc"), _int(post, "score"), _int(post, "num_comments"), _flag(post, "over_18"), _text(post, "permalink"))
+
+
 _COMMENT_FIELDS = ("id", "link_id", "parent_id", "body", "score", "author", "created_utc")
 _comment_fields_fast = itemgetter(*_COMMENT_FIELDS)
 
@@ -304,10 +324,7 @@ class _Harvest:
         domain = self.subreddit_domain.get(subreddit.lower())
         if domain is None:
             raise Reject("subreddit_not_configured", subreddit)
-        over_18, url = _flag(post, "over_18"), _text(post, "url")
-        fields = (_text(post, "title"), _text(post, "selftext"), url)
-        more = (_flag(post, "is_gallery"), _text(post, "author", None), _int(post, "created_utc"), _int(post, "score"),
-                _int(post, "num_comments"), over_18, _text(post, "permalink"))
+        title, selftext, url, is_gallery, author, created, score, comments, over_18, permalink = post_fields(post)
         if over_18 and not self.include_nsfw:
             raise Reject("nsfw", subreddit)
         urls, problem = image_urls(post, self.extensions)
@@ -315,7 +332,8 @@ class _Harvest:
             raise Reject(problem, url[:300])
         shard = shard_of(item_id, self.shards)
         self.kept_posts[post_id] = shard
-        self.posts.rows[shard].append((item_id, post_id, subreddit, domain, *fields, urls, *more))
+        self.posts.rows[shard].append((item_id, post_id, subreddit, domain, title, selftext, url, urls, is_gallery, author,
+                                       created, score, comments, over_18, permalink))
 
     def read_submissions(self, lines: list[bytes], name: str, line_no: int) -> None:
         loads, reject = orjson.loads, self.ctx.reject
