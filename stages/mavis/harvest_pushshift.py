@@ -147,7 +147,7 @@ def _int(record: dict, field: str) -> int:
         number = int(value)
         if INT64_MIN <= number <= INT64_MAX:
             return number
-    elif type(value) is float and value.is_integer() and INT64_MIN <= value <= INT64_MAX:
+    elif type(value) is float and value.is_integer() and -(2.0**63) <= value < 2.0**63:  # 2**63 - 1 rounds up as a float
         return int(value)
     raise _bad(field, value, "an int64")
 
