@@ -13,8 +13,9 @@ and with an image: a direct image url (i.redd.it or an image extension) or a gal
 unescaped, items with `status == "valid"` only). Kept comments: top level (`parent_id` = `t3_…`)
 under a kept post (`link_id` = `t3_<post id>`).
 
-Every record is checked at the boundary, field by field, when the rule that needs the field runs
-(a post rejected for its subreddit is not checked further). Types accepted:
+Every record is checked at the boundary, field by field: a comment in full before its rules, a
+post once its id and subreddit pass (a duplicate or out-of-scope post is not checked further,
+which keeps monthly dumps, mostly other subreddits, cheap). Types accepted:
 - `id`, `subreddit`, `link_id`: a non-empty string (absent or empty: missing_field);
 - `title`, `selftext`, `url`, `permalink`, `body`, `parent_id`, `author`, gallery keys: a string or null;
 - `created_utc`, `score`, `num_comments`: an int64, or null (read as 0). Two coercions are safe
@@ -32,9 +33,9 @@ that ends mid-frame is one truncated_frame reject after its readable lines.
 Speed: records are parsed one line at a time (orjson) but everything after is batched: a
 decompressed chunk's lines are counted at once, the cheapest rules run first, kept rows are
 tuples gathered per shard and written as Arrow batches of the shard writer's batch size (so the
-Parquet files are the same, byte for byte, as row-by-row writes). Rejects are raised as `Reject`
-and caught by the line loop itself, not by a per-record `ctx.item` scope, which would cost more
-than parsing the line (benchmarks/bench_harvest_pushshift.py).
+Parquet files are the same, byte for byte, as row-by-row writes). The checks raise `Reject`; the
+line loop records it (and the comment rules call `ctx.reject` directly) instead of opening a
+`ctx.item` scope per record, which costs more than parsing the line.
 
 Outputs, one file per shard (stable hash of the post id, comments sharded with their post):
 `posts` (reddit_posts) and `comments` (reddit_comments).
