@@ -126,7 +126,7 @@ def test_unknown_dump_name_is_a_clear_error(tmp_path):
 def test_demo_tables_match_the_row_by_row_harvest(tmp_path):
     """The bundled sample gives the same rows, in the same order, and the same rejects as the
     row-by-row harvest that preceded the batched one (recorded in tests/data)."""
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["mavis"]["pushshift"]
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["mavis"]["harvest_pushshift"]
     params = {k: v for k, v in config.items() if k != "files"}
     out = tmp_path / "out"
     args = [f"--input=dumps={REPO / f}" for f in config["files"]]
