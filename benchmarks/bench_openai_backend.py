@@ -1,17 +1,20 @@
 """Throughput of the openai backend with N requests in flight against sequential calls.
 
-    python benchmarks/bench_openai_backend.py [--calls 32] [--concurrency 8] [--latency-ms 150]
+    python benchmarks/bench_openai_backend.py [--calls 32] [--concurrency 8] [--latency-ms 200] [--no-llama]
 
-Starts `python -m llama_cpp.server` on 127.0.0.1 with the embedded SmolLM2-135M GGUF (a real
-OpenAI-compatible server), then times in the same run, the cache off, the same prompt
-(`--calls` distinct topics, 16 tokens each):
-  baseline        a bare requests.post loop, one call after another, no client;
+First row, the client's own figure: a local OpenAI-compatible server on 127.0.0.1 that serves
+requests concurrently (one thread each) and answers every /v1/chat/completions after a fixed
+--latency-ms, as a hosted API or `vllm serve` behaves from the client's side. Timed in the same
+run, the cache off, `--calls` distinct prompts:
+  bare loop       requests.post one call after another, no client (the floor: calls x latency);
   client c=1      LLMClient(backend=openai, concurrency 1);
   client c=N      LLMClient(backend=openai, concurrency N);
-and the last two again through a local proxy that adds --latency-ms to every request (a hosted
-API's round trip). llama_cpp.server decodes one request at a time, so on the bare local server
-concurrency can only overlap HTTP and JSON work; against a latency-bound endpoint it overlaps
-the waits. Prints calls/s and the ratio to the baseline.
+It prints calls/s, the speed-up of c=N over c=1 (ideal: N) and the client's overhead per call
+(client c=1 seconds per call minus the server's latency: rendering, caching, HTTP, JSON).
+
+Second row, for reference: `python -m llama_cpp.server` with the embedded SmolLM2-135M GGUF, bare
+and behind a proxy adding --latency-ms. That server decodes one request at a time, so there
+concurrency can only overlap HTTP work and the added waits: it measures the server, not the client.
 """
 from __future__ import annotations
 
@@ -71,6 +74,40 @@ def latency_proxy(upstream: str, delay: float) -> ThreadingHTTPServer:
     return server
 
 
+def fixed_latency_server(delay: float) -> ThreadingHTTPServer:
+    """/v1/chat/completions in the API's response shape after `delay` seconds, requests served
+    concurrently; the answer echoes the prompt's last words."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as hosted APIs do
+        disable_nagle_algorithm = True  # headers and body go out at once, not 40 ms apart (delayed ACK)
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            time.sleep(delay)
+            text = request["messages"][-1]["content"]
+            if isinstance(text, list):
+                text = " ".join(part.get("text", "") for part in text)
+            body = json.dumps({
+                "id": "chatcmpl-bench", "object": "chat.completion", "created": int(time.time()), "model": request["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "About " + text[-40:]}}],
+                "usage": {"prompt_tokens": len(text.split()), "completion_tokens": 8, "total_tokens": len(text.split()) + 8},
+            }).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def bare_loop(base: str, topics: list[str]) -> float:
     started = time.perf_counter()
     with requests.Session() as session:
@@ -99,38 +136,69 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=32)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--latency-ms", type=float, default=150.0)
+    parser.add_argument("--latency-ms", type=float, default=200.0)
+    parser.add_argument("--no-llama", action="store_true", help="skip the llama_cpp.server row")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "server.log", "w") as log:
+    n, latency = args.calls, args.latency_ms / 1000
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "bench.md").write_text(PROMPT)
         prompts = PromptLibrary(tmp)
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        fixed = fixed_latency_server(latency)
+        try:
+            base = f"http://127.0.0.1:{fixed.server_address[1]}/v1"
+            client_run(base, ["warm up"], 1, prompts)
+            endpoint = f"{args.latency_ms:.0f} ms server"
+            rows.append((endpoint, "bare requests loop", bare_loop(base, [f"topic {i} f" for i in range(n)])))
+            rows.append((endpoint, "client concurrency 1", client_run(base, [f"topic {i} g" for i in range(n)], 1, prompts)))
+            rows.append((endpoint, f"client concurrency {args.concurrency}",
+                         client_run(base, [f"topic {i} h" for i in range(n)], args.concurrency, prompts)))
+        finally:
+            fixed.shutdown()
+            fixed.server_close()
+        sequential, concurrent = rows[1][2], rows[2][2]
+        summary = {"speedup": sequential / concurrent, "overhead_ms": (sequential / n - latency) * 1000,
+                   "bare_overhead_ms": (rows[0][2] / n - latency) * 1000}
+        if not args.no_llama:
+            rows += llama_rows(args, tmp, prompts)
+    print(f"{n} calls per row; client cache off")
+    print(f"{'endpoint':<22} {'run':<26} {'seconds':>8} {'calls/s':>8} {'vs c=1':>7}")
+    for endpoint, name, seconds in rows:
+        same = [r for r in rows if r[0] == endpoint and r[1] == "client concurrency 1"]
+        ratio = f"{same[0][2] / seconds:6.2f}x" if same else ""
+        print(f"{endpoint:<22} {name:<26} {seconds:>8.2f} {n / seconds:>8.2f} {ratio:>7}")
+    print(f"fixed-latency server: concurrency {args.concurrency} is {summary['speedup']:.2f}x sequential (target >= 3x); "
+          f"client overhead per call {summary['overhead_ms']:.1f} ms (bare requests loop: {summary['bare_overhead_ms']:.1f} ms)")
+    print(json.dumps({"calls_per_s": {f"{name} @ {endpoint}": round(n / seconds, 3) for endpoint, name, seconds in rows},
+                      **{k: round(v, 2) for k, v in summary.items()}}))
+
+
+def llama_rows(args, tmp: str, prompts: PromptLibrary) -> list[tuple[str, str, float]]:
+    """The same runs against llama_cpp.server (one decode at a time), bare and behind added latency."""
+    n, rows = args.calls, []
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with open(Path(tmp) / "server.log", "w") as log:
         server = start_server(port, log)
         try:
             base = f"http://127.0.0.1:{port}/v1"
             client_run(base, ["warm up"], 1, prompts)
-            rows = []
-            baseline = bare_loop(base, [f"topic {i} a" for i in range(args.calls)])
-            rows.append(("local server", "baseline: bare requests loop", baseline))
-            rows.append(("local server", "client concurrency 1", client_run(base, [f"topic {i} b" for i in range(args.calls)], 1, prompts)))
-            rows.append(("local server", f"client concurrency {args.concurrency}",
-                         client_run(base, [f"topic {i} c" for i in range(args.calls)], args.concurrency, prompts)))
+            rows.append(("llama_cpp.server", "bare requests loop", bare_loop(base, [f"topic {i} a" for i in range(n)])))
+            rows.append(("llama_cpp.server", "client concurrency 1", client_run(base, [f"topic {i} b" for i in range(n)], 1, prompts)))
+            rows.append(("llama_cpp.server", f"client concurrency {args.concurrency}",
+                         client_run(base, [f"topic {i} c" for i in range(n)], args.concurrency, prompts)))
             proxy = latency_proxy(f"http://127.0.0.1:{port}", args.latency_ms / 1000)
             slow = f"http://127.0.0.1:{proxy.server_address[1]}/v1"
-            rows.append((f"+{args.latency_ms:.0f} ms latency", "client concurrency 1", client_run(slow, [f"topic {i} d" for i in range(args.calls)], 1, prompts)))
-            rows.append((f"+{args.latency_ms:.0f} ms latency", f"client concurrency {args.concurrency}",
-                         client_run(slow, [f"topic {i} e" for i in range(args.calls)], args.concurrency, prompts)))
+            endpoint = f"llama +{args.latency_ms:.0f} ms"
+            rows.append((endpoint, "client concurrency 1", client_run(slow, [f"topic {i} d" for i in range(n)], 1, prompts)))
+            rows.append((endpoint, f"client concurrency {args.concurrency}",
+                         client_run(slow, [f"topic {i} e" for i in range(n)], args.concurrency, prompts)))
             proxy.shutdown()
         finally:
             server.terminate()
             server.wait(timeout=10)
-    print(f"{args.calls} calls per row, 16 completion tokens each, SmolLM2-135M on llama_cpp.server")
-    print(f"{'endpoint':<20} {'run':<32} {'seconds':>8} {'calls/s':>8} {'vs baseline':>11}")
-    for endpoint, name, seconds in rows:
-        print(f"{endpoint:<20} {name:<32} {seconds:>8.2f} {args.calls / seconds:>8.2f} {baseline / seconds:>10.2f}x")
-    print(json.dumps({name + " @ " + endpoint: round(args.calls / seconds, 3) for endpoint, name, seconds in rows}))
+    return rows
 
 
 if __name__ == "__main__":

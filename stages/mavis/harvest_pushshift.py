@@ -13,33 +13,65 @@ and with an image: a direct image url (i.redd.it or an image extension) or a gal
 unescaped, items with `status == "valid"` only). Kept comments: top level (`parent_id` = `t3_…`)
 under a kept post (`link_id` = `t3_<post id>`).
 
+Every record is checked at the boundary, field by field: a comment in full before its rules, a
+post once its id and subreddit pass (a duplicate or out-of-scope post is not checked further,
+which keeps monthly dumps, mostly other subreddits, cheap). Types accepted:
+- `id`, `subreddit`, `link_id`: a non-empty string (absent or empty: missing_field);
+- `title`, `selftext`, `url`, `permalink`, `body`, `parent_id`, `author`, gallery keys: a string or null;
+- `created_utc`, `score`, `num_comments`: an int64, or null (read as 0). Two coercions are safe
+  and kept: a decimal integer string (`"1672531200"`, as older dumps write `created_utc`) and an
+  integral float (`5.0`); any other value (`"ten"`, an ISO date, `5.5`, `true`, out of int64
+  range) is bad_field_type;
+- `over_18`, `is_gallery`: a JSON boolean or null. Text such as `"false"` is bad_field_type, not
+  guessed at: a post with an unreadable NSFW flag is dropped, never kept;
+- `gallery_data` an object whose `items` is a list of objects, `media_metadata` an object of
+  objects (`s` an object): anything else is bad_field_type.
+A bad_field_type detail names the field, the value and its type. A whole-input problem (a file
+that is not zstd, an empty or corrupt one) fails the stage with one line naming the file; a file
+that ends mid-frame is one truncated_frame reject after its readable lines.
+
+Speed: records are parsed one line at a time (orjson) but everything after is batched: a
+decompressed chunk's lines are counted at once, the cheapest rules run first, kept rows are
+tuples gathered per shard and written as Arrow batches of the shard writer's batch size (so the
+Parquet files are the same, byte for byte, as row-by-row writes). The checks raise `Reject`; the
+line loop records it (and the comment rules call `ctx.reject` directly) instead of opening a
+`ctx.item` scope per record, which costs more than parsing the line.
+
 Outputs, one file per shard (stable hash of the post id, comments sharded with their post):
 `posts` (reddit_posts) and `comments` (reddit_comments).
 Invariant: records read (lines, plus one per truncated file) = posts + comments + rejected.
-Reject reasons: bad_json, not_an_object, missing_field, duplicate, subreddit_not_configured, nsfw,
-no_image, gallery_without_valid_images, not_top_level, post_not_kept, truncated_frame.
+Reject ids are `reddit:<id>`, or `<file>:<line>` for a line without a usable id.
+Reject reasons: bad_json, not_an_object, missing_field, bad_field_type, duplicate,
+subreddit_not_configured, nsfw, no_image, gallery_without_valid_images, not_top_level,
+post_not_kept, truncated_frame.
 """
 from __future__ import annotations
 
 import html
 import os
 import re
+from operator import itemgetter
 from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlsplit
 
 import orjson
+import pyarrow as pa
 import zstandard
 from tqdm import tqdm
 
 from stages.core.ids import shard_of
-from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "1"
+VERSION = "2"
 
 MAX_WINDOW = 2**31  # pushshift dumps are compressed with --long=31
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _SUBMISSIONS = re.compile(r"^(RS_\d{4}-\d{2}|.+_submissions)\.zst$")
 _COMMENTS = re.compile(r"^(RC_\d{4}-\d{2}|.+_comments)\.zst$")
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
+# i.redd.it urls are most image posts: this prefix fixes the host without a urlsplit
+_IREDDIT = ("https://i.redd.it/", "http://i.redd.it/")
 
 
 class TruncatedFrame(Exception):
@@ -58,10 +90,10 @@ def dump_kind(path: str) -> str:
     )
 
 
-def read_zstd_lines(path: str, chunk_size: int = 1 << 20, progress: tqdm | None = None) -> Iterator[bytes]:
-    """Yield the lines of a (multi-frame) zstd file; raise TruncatedFrame after the last complete
-    line if the file ends mid-frame (the partial last line is yielded, so it becomes a bad_json
-    reject rather than vanishing)."""
+def read_zstd_batches(path: str, chunk_size: int = 1 << 20, progress: tqdm | None = None) -> Iterator[list[bytes]]:
+    """Yield the non-blank lines of a (multi-frame) zstd file, one list per compressed chunk read;
+    raise TruncatedFrame after the last complete line if the file ends mid-frame (the partial last
+    line is yielded, so it becomes a bad_json reject rather than vanishing)."""
     dctx = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW)
     dobj = dctx.decompressobj()
     in_frame = False
@@ -85,152 +117,311 @@ def read_zstd_lines(path: str, chunk_size: int = 1 << 20, progress: tqdm | None 
                     compressed = b""
             lines = (tail + b"".join(out)).split(b"\n")
             tail = lines.pop()
-            yield from (line for line in lines if line.strip())
-    if tail.strip():
-        yield tail
+            lines = [line for line in lines if line and not line.isspace()]
+            if lines:
+                yield lines
+    if tail and not tail.isspace():
+        yield [tail]
     if in_frame:
         raise TruncatedFrame(f"{path} ends inside a zstd frame")
 
 
+def read_zstd_lines(path: str, chunk_size: int = 1 << 20, progress: tqdm | None = None) -> Iterator[bytes]:
+    """The lines of `read_zstd_batches`, one at a time."""
+    for lines in read_zstd_batches(path, chunk_size, progress):
+        yield from lines
+
+
+def _bad(field: str, value: object, expected: str) -> Reject:
+    return Reject("bad_field_type", f"{field}={value!r:.200} ({type(value).__name__}, expected {expected})")
+
+
+def _int(record: dict, field: str) -> int:
+    """An int64 field; null or absent is 0; a decimal string or an integral float is coerced."""
+    value = record.get(field)
+    if type(value) is int:
+        if INT64_MIN <= value <= INT64_MAX:
+            return value
+    elif value is None:
+        return 0
+    elif type(value) is str and _INT_TEXT.fullmatch(value):
+        number = int(value)
+        if INT64_MIN <= number <= INT64_MAX:
+            return number
+    elif type(value) is float and value.is_integer() and -(2.0**63) <= value < 2.0**63:  # 2**63 - 1 rounds up as a float
+        return int(value)
+    raise _bad(field, value, "an int64")
+
+
+def _text(record: dict, field: str, empty: str | None = "") -> str | None:
+    """A string field; null or absent is `empty`."""
+    value = record.get(field)
+    if type(value) is str:
+        return value
+    if value is None:
+        return empty
+    raise _bad(field, value, "a string")
+
+
+def _flag(record: dict, field: str) -> bool:
+    value = record.get(field)
+    if value is None:
+        return False
+    if type(value) is not bool:
+        raise _bad(field, value, "true, false or null")
+    return value
+
+
+def _object(container: dict, field: str, where: str) -> dict:
+    value = container.get(field)
+    if value is None:
+        return {}
+    if type(value) is not dict:
+        raise _bad(where, value, "an object")
+    return value
+
+
+def _gallery_urls(post: dict) -> list[str]:
+    data = _object(post, "gallery_data", "gallery_data")
+    items = data.get("items")
+    if items is None:
+        items = []
+    elif type(items) is not list:
+        raise _bad("gallery_data.items", items, "a list")
+    metadata = _object(post, "media_metadata", "media_metadata")
+    urls = []
+    for item in items:
+        if type(item) is not dict:
+            raise _bad("gallery_data.items[]", item, "an object")
+        media_id = item.get("media_id")
+        if media_id is None:
+            continue
+        if type(media_id) is not str:
+            raise _bad("gallery_data.items[].media_id", media_id, "a string")
+        meta = _object(metadata, media_id, f"media_metadata.{media_id}")
+        source = _object(meta, "s", f"media_metadata.{media_id}.s")
+        url = _text(source, "u", None) or _text(source, "gif", None)
+        if _text(meta, "status", None) == "valid" and url:
+            urls.append(html.unescape(url))
+    return urls
+
+
 def image_urls(post: dict, extensions: tuple[str, ...]) -> tuple[list[str], str | None]:
-    """The post's image urls in display order, or ([], reject reason)."""
-    if post.get("is_gallery"):
-        items = ((post.get("gallery_data") or {}).get("items")) or []
-        metadata = post.get("media_metadata") or {}
-        urls = []
-        for item in items:
-            meta = metadata.get(item.get("media_id")) or {}
-            source = meta.get("s") or {}
-            url = source.get("u") or source.get("gif")
-            if meta.get("status") == "valid" and url:
-                urls.append(html.unescape(url))
+    """The post's image urls in display order, or ([], reject reason); raises Reject
+    (bad_field_type) for a field of the wrong type."""
+    if _flag(post, "is_gallery"):
+        urls = _gallery_urls(post)
         return (urls, None) if urls else ([], "gallery_without_valid_images")
-    url = post.get("url") or ""
+    url = _text(post, "url")
     if "&" in url:
         url = html.unescape(url)
+    if url.startswith(_IREDDIT):
+        return [url], None
     parts = urlsplit(url)
     if parts.netloc.lower() == "i.redd.it" or parts.path.lower().endswith(extensions):
         return [url], None
     return [], "no_image"
 
 
-def _load(line: bytes) -> tuple[dict | None, str | None]:
+def _record_id(record, required: str) -> str:
+    """The id of a record (an object) that holds its id and `required` field as non-empty
+    strings; raises Reject otherwise."""
+    if type(record) is not dict:
+        raise Reject("not_an_object", type(record).__name__)
+    record_id = record.get("id")
+    if not record_id or not record.get(required):
+        raise Reject("missing_field", f"record without id or {required}")
+    if type(record_id) is not str:
+        raise _bad("id", record_id, "a string")
+    return record_id
+
+
+_post_fields_fast = itemgetter("title", "selftext", "url", "is_gallery", "author", "created_utc", "score", "num_comments",
+                               "over_18", "permalink")
+
+
+def post_fields(post: dict) -> tuple:
+    """(title, selftext, url, is_gallery, author, created_utc, score, num_comments, over_18,
+    permalink) of a post, every field checked and normalised; raises Reject. A post whose fields
+    all have their plain types is read in one step (same values)."""
     try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError as err:
-        return None, f"bad_json: {err}"
-    if not isinstance(record, dict):
-        return None, "not_an_object"
-    return record, None
+        fields = title, selftext, url, is_gallery, author, created, score, comments, over_18, permalink = _post_fields_fast(post)
+    except KeyError:
+        fields = None
+    if (fields and type(title) is str is type(selftext) is type(url) is type(permalink) and type(is_gallery) is bool is type(over_18)
+            and type(created) is int is type(score) is type(comments) and (author is None or type(author) is str)
+            and INT64_MIN <= created <= INT64_MAX and INT64_MIN <= score <= INT64_MAX and INT64_MIN <= comments <= INT64_MAX):
+        return fields
+    return (_text(post, "title"), _text(post, "selftext"), _text(post, "url"), _flag(post, "is_gallery"), _text(post, "author", None),
+            _int(post, "created_utc"), _int(post, "score"), _int(post, "num_comments"), _flag(post, "over_18"), _text(post, "permalink"))
+
+
+_COMMENT_FIELDS = ("id", "link_id", "parent_id", "body", "score", "author", "created_utc")
+_comment_fields_fast = itemgetter(*_COMMENT_FIELDS)
+
+
+def comment_fields(comment) -> tuple:
+    """(id, link_id, parent_id, body, score, author, created_utc) of a comment, every field
+    checked and normalised (null text is "", null numbers 0); raises Reject."""
+    comment_id = _record_id(comment, "link_id")
+    link_id = comment["link_id"]
+    if type(link_id) is not str:
+        raise _bad("link_id", link_id, "a string")
+    return (comment_id, link_id, _text(comment, "parent_id"), _text(comment, "body"), _int(comment, "score"),
+            _text(comment, "author", None), _int(comment, "created_utc"))
+
+
+class _ShardRows:
+    """Kept rows of one table as tuples per shard (columns in schema order), written as Arrow
+    tables of exactly the shard writer's batch size: the same row groups, so the same files, as
+    row-by-row writes."""
+
+    def __init__(self, ctx, name: str, shards: int):
+        self.writers = [ctx.writer(name, i) for i in range(shards)]
+        self.schema = self.writers[0].schema
+        self.batch_rows = self.writers[0].batch_rows
+        self.rows: list[list[tuple]] = [[] for _ in range(shards)]
+
+    def flush(self, final: bool = False) -> None:
+        """Write every full batch (and, when `final`, what is left)."""
+        size = self.batch_rows
+        for shard, rows in enumerate(self.rows):
+            if len(rows) < size and not (final and rows):
+                continue
+            keep = len(rows) % size if not final else 0
+            for start in range(0, len(rows) - keep, size):
+                batch = rows[start : start + size]
+                columns = [pa.array(values, type=field.type) for values, field in zip(zip(*batch), self.schema)]
+                self.writers[shard].write_many(pa.Table.from_arrays(columns, schema=self.schema))
+            self.rows[shard] = rows[len(rows) - keep :]
+
+
+class _Harvest:
+    """The rules, with the state they share across dumps (kept posts, seen comments)."""
+
+    def __init__(self, ctx):
+        params = ctx.params
+        self.ctx = ctx
+        self.subreddit_domain = {sub.lower(): domain for domain, subs in params["domains"].items() for sub in subs}
+        self.extensions = tuple(e.lower() for e in params["image_extensions"])
+        self.include_nsfw = params["include_nsfw"]
+        self.shards = len(ctx.output_paths("posts"))
+        self.posts = _ShardRows(ctx, "posts", self.shards)
+        self.comments = _ShardRows(ctx, "comments", self.shards)
+        self.kept_posts: dict[str, int] = {}  # post id -> shard
+        self.seen_comments: set[str] = set()
+        self.item: str | None = None  # id of the post being judged, once it is known
+
+    def submission(self, post) -> None:
+        """Keep one post or raise Reject. Its subreddit decides first; the other fields are
+        checked once it is in scope."""
+        post_id = _record_id(post, "subreddit")
+        self.item = item_id = "reddit:" + post_id
+        subreddit = post["subreddit"]
+        if type(subreddit) is not str:
+            raise _bad("subreddit", subreddit, "a string")
+        if post_id in self.kept_posts:
+            raise Reject("duplicate", "post seen in an earlier dump")
+        domain = self.subreddit_domain.get(subreddit.lower())
+        if domain is None:
+            raise Reject("subreddit_not_configured", subreddit)
+        title, selftext, url, is_gallery, author, created, score, comments, over_18, permalink = post_fields(post)
+        if over_18 and not self.include_nsfw:
+            raise Reject("nsfw", subreddit)
+        urls, problem = image_urls(post, self.extensions)
+        if problem:
+            raise Reject(problem, url[:300])
+        shard = shard_of(item_id, self.shards)
+        self.kept_posts[post_id] = shard
+        self.posts.rows[shard].append((item_id, post_id, subreddit, domain, title, selftext, url, urls, is_gallery, author,
+                                       created, score, comments, over_18, permalink))
+
+    def read_submissions(self, lines: list[bytes], name: str, line_no: int) -> None:
+        loads, reject = orjson.loads, self.ctx.reject
+        for line in lines:
+            line_no += 1
+            self.item = None
+            try:
+                self.submission(loads(line))
+            except orjson.JSONDecodeError as err:
+                reject(f"{name}:{line_no}", "bad_json", str(err))
+            except Reject as rejected:
+                reject(self.item or f"{name}:{line_no}", rejected.reason, rejected.detail)
+
+    def read_comments(self, lines: list[bytes], name: str, line_no: int) -> None:
+        """The comment rules, inline: this loop runs once per comment, the bulk of a dump. A
+        comment whose fields all have their plain types skips `comment_fields` (same values)."""
+        loads, reject, fast, checked = orjson.loads, self.ctx.reject, _comment_fields_fast, comment_fields
+        seen, kept, rows = self.seen_comments, self.kept_posts, self.comments.rows
+        for line in lines:
+            line_no += 1
+            try:
+                record = loads(line)
+                comment_id, link_id, parent_id, body, score, author, created = fast(record)
+            except orjson.JSONDecodeError as err:
+                reject(f"{name}:{line_no}", "bad_json", str(err))
+                continue
+            except (KeyError, TypeError):
+                comment_id = None  # not an object, or a field is missing: the checked path says which
+            if not (comment_id and type(comment_id) is str is type(link_id) is type(parent_id) is type(body)
+                    and type(score) is int is type(created) and link_id and (author is None or type(author) is str)
+                    and INT64_MIN <= score <= INT64_MAX and INT64_MIN <= created <= INT64_MAX):
+                try:
+                    comment_id, link_id, parent_id, body, score, author, created = checked(record)
+                except Reject as rejected:
+                    valid_id = type(record) is dict and type(record.get("id")) is str and record.get("id")
+                    reject(f"reddit:{record['id']}" if valid_id else f"{name}:{line_no}", rejected.reason, rejected.detail)
+                    continue
+            if comment_id in seen:
+                reject("reddit:" + comment_id, "duplicate", "comment seen in an earlier dump")
+                continue
+            seen.add(comment_id)
+            if not parent_id.startswith("t3_"):
+                reject("reddit:" + comment_id, "not_top_level", parent_id)
+                continue
+            post_id = link_id.removeprefix("t3_")
+            shard = kept.get(post_id)
+            if shard is None:
+                reject("reddit:" + comment_id, "post_not_kept", link_id)
+                continue
+            rows[shard].append(("reddit:" + comment_id, "reddit:" + post_id, body, score, author, created))
+
+    def read(self, path: str, progress: tqdm) -> None:
+        """Every line of one dump through the rules of its kind."""
+        ctx, name = self.ctx, Path(path).name
+        if os.path.getsize(path) == 0:
+            raise StageError(f"{path}: empty file, not a zstd dump")
+        judge = self.read_submissions if dump_kind(path) == "submissions" else self.read_comments
+        line_no = 0
+        try:
+            for lines in read_zstd_batches(path, progress=progress):
+                ctx.add_input(len(lines))
+                judge(lines, name, line_no)
+                line_no += len(lines)
+                self.posts.flush()
+                self.comments.flush()
+        except TruncatedFrame as err:
+            ctx.add_input()
+            ctx.reject(f"{name}:{line_no + 1}", "truncated_frame", str(err))
+        except zstandard.ZstdError as err:
+            raise StageError(f"{path}: not a readable zstd file ({err})") from None
 
 
 def run(ctx):
-    params = ctx.params
-    subreddit_domain = {sub.lower(): domain for domain, subs in params["domains"].items() for sub in subs}
-    extensions = tuple(e.lower() for e in params["image_extensions"])
     n_shards = len(ctx.output_paths("posts"))
     if len(ctx.output_paths("comments")) != n_shards:
         raise StageError("posts and comments need the same number of shard outputs")
     files = ctx.input_paths("dumps")
     kinds = {path: dump_kind(path) for path in files}
     ordered = [p for p in files if kinds[p] == "submissions"] + [p for p in files if kinds[p] == "comments"]
-    kept_posts: dict[str, int] = {}  # post id -> shard
-    seen_comments: set[str] = set()
+    harvest = _Harvest(ctx)
     total = sum(os.path.getsize(p) for p in ordered)
     with tqdm(total=total, unit="B", unit_scale=True, desc="harvest_pushshift", mininterval=2) as bar:
         for path in ordered:
-            handle = _harvest_submission if kinds[path] == "submissions" else _harvest_comment
-            state = (subreddit_domain, extensions, n_shards, kept_posts, seen_comments)
-            line_no = 0
-            try:
-                for line_no, line in enumerate(read_zstd_lines(path, progress=bar), start=1):
-                    ctx.add_input()
-                    record, problem = _load(line)
-                    if problem:
-                        reason, _, detail = problem.partition(": ")
-                        ctx.reject(f"{Path(path).name}:{line_no}", reason, detail or line[:200].decode("utf-8", "replace"))
-                        continue
-                    handle(ctx, record, state)
-            except TruncatedFrame as err:
-                ctx.add_input()
-                ctx.reject(f"{Path(path).name}:{line_no + 1}", "truncated_frame", str(err))
-            except zstandard.ZstdError as err:
-                raise StageError(f"{path}: not a readable zstd file ({err})") from None
-    ctx.stats["kept_posts"] = len(kept_posts)
-
-
-def _harvest_submission(ctx, post: dict, state) -> None:
-    subreddit_domain, extensions, n_shards, kept_posts, _ = state
-    post_id = post.get("id")
-    if not post_id or not post.get("subreddit"):
-        ctx.reject(str(post_id or "?"), "missing_field", "submission without id or subreddit")
-        return
-    item_id = f"reddit:{post_id}"
-    domain = subreddit_domain.get(post["subreddit"].lower())
-    if post_id in kept_posts:
-        ctx.reject(item_id, "duplicate", "post seen in an earlier dump")
-        return
-    if domain is None:
-        ctx.reject(item_id, "subreddit_not_configured", post["subreddit"])
-        return
-    if post.get("over_18") and not ctx.params["include_nsfw"]:
-        ctx.reject(item_id, "nsfw", post["subreddit"])
-        return
-    urls, problem = image_urls(post, extensions)
-    if problem:
-        ctx.reject(item_id, problem, str(post.get("url") or "")[:300])
-        return
-    shard = shard_of(item_id, n_shards)
-    kept_posts[post_id] = shard
-    ctx.writer("posts", shard).write(
-        {
-            "id": item_id,
-            "post_id": post_id,
-            "subreddit": post["subreddit"],
-            "domain": domain,
-            "title": post.get("title") or "",
-            "selftext": post.get("selftext") or "",
-            "url": post.get("url") or "",
-            "image_urls": urls,
-            "is_gallery": bool(post.get("is_gallery")),
-            "author": post.get("author"),
-            "created_utc": int(post.get("created_utc") or 0),
-            "score": int(post.get("score") or 0),
-            "num_comments": int(post.get("num_comments") or 0),
-            "over_18": bool(post.get("over_18")),
-            "permalink": post.get("permalink") or "",
-        }
-    )
-
-
-def _harvest_comment(ctx, comment: dict, state) -> None:
-    _, _, _, kept_posts, seen_comments = state
-    comment_id, link_id, parent_id = comment.get("id"), comment.get("link_id") or "", comment.get("parent_id") or ""
-    if not comment_id or not link_id:
-        ctx.reject(str(comment_id or "?"), "missing_field", "comment without id or link_id")
-        return
-    item_id = f"reddit:{comment_id}"
-    if comment_id in seen_comments:
-        ctx.reject(item_id, "duplicate", "comment seen in an earlier dump")
-        return
-    seen_comments.add(comment_id)
-    post_id = link_id.removeprefix("t3_")
-    if not parent_id.startswith("t3_"):
-        ctx.reject(item_id, "not_top_level", parent_id)
-        return
-    if post_id not in kept_posts:
-        ctx.reject(item_id, "post_not_kept", link_id)
-        return
-    ctx.writer("comments", kept_posts[post_id]).write(
-        {
-            "id": item_id,
-            "post_id": f"reddit:{post_id}",
-            "body": comment.get("body") or "",
-            "score": int(comment.get("score") or 0),
-            "author": comment.get("author"),
-            "created_utc": int(comment.get("created_utc") or 0),
-        }
-    )
+            harvest.read(path, bar)
+    harvest.posts.flush(final=True)
+    harvest.comments.flush(final=True)
+    ctx.stats["kept_posts"] = len(harvest.kept_posts)
 
 
 STAGE = Stage(
