@@ -80,7 +80,7 @@ STAGE = Stage(
     name="build_catalog",
     version=VERSION,
     doc=__doc__,
-    inputs={"tables": Input("stage output Parquet files in the run layout", many=True)},
+    inputs={"tables": Input("stage output Parquet files in the run layout (any table: each becomes a view)", many=True, kind="file")},
     outputs={"catalog": Output(None, "the catalog DuckDB file")},
     params={},
     run=run,

@@ -61,7 +61,7 @@ STAGE = Stage(
     name="judge_answers",
     version=VERSION,
     doc=__doc__,
-    inputs={"responses": Input("eval_responses from generate_answers")},
+    inputs={"responses": Input("eval_responses from generate_answers", table="eval_responses")},
     outputs={"judgements": Output("eval_answer_judgements", "one rating per response")},
     params={
         "judge": Param(str, help="the judge's name, recorded in every row"),

@@ -110,8 +110,8 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "responses": Input("eval_responses: the items each question showed"),
-        "sentences": Input("eval_sentences from split_citations"),
+        "responses": Input("eval_responses: the items each question showed", table="eval_responses"),
+        "sentences": Input("eval_sentences from split_citations", table="eval_sentences"),
     },
     outputs={"judgements": Output("eval_citation_judgements", "support and relevance judgements")},
     params={

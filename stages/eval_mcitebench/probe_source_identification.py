@@ -77,7 +77,7 @@ STAGE = Stage(
     name="probe_source_identification",
     version=VERSION,
     doc=__doc__,
-    inputs={"responses": Input("eval_responses of the same model")},
+    inputs={"responses": Input("eval_responses of the same model", table="eval_responses")},
     outputs={"probe": Output("eval_probe", "one row per single-source explanation question")},
     params={
         "model": Param(str, help="the candidate's name"),

@@ -197,11 +197,11 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "responses": Input("eval_responses of one model"),
-        "citations": Input("eval_citations from split_citations"),
-        "sentences": Input("eval_sentences from split_citations"),
-        "citation_judgements": Input("eval_citation_judgements from judge_citations"),
-        "answer_judgements": Input("eval_answer_judgements from judge_answers"),
+        "responses": Input("eval_responses of one model", table="eval_responses"),
+        "citations": Input("eval_citations from split_citations", table="eval_citations"),
+        "sentences": Input("eval_sentences from split_citations", table="eval_sentences"),
+        "citation_judgements": Input("eval_citation_judgements from judge_citations", table="eval_citation_judgements"),
+        "answer_judgements": Input("eval_answer_judgements from judge_answers", table="eval_answer_judgements"),
     },
     outputs={
         "scores": Output("eval_scores", "one row per response"),

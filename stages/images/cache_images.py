@@ -56,9 +56,6 @@ def _pairs(ctx) -> list[tuple[str, str, int, object]]:
     """(owner, query, position, url) for every url of every input row."""
     p = ctx.params
     table = ctx.read("owners")
-    for column in filter(None, (p["owner_column"], p["url_column"], p["query_column"])):
-        if column not in table.column_names:
-            raise StageError(f"input owners has no column {column!r} (columns: {table.column_names})")
     owners = table.column(p["owner_column"]).to_pylist()
     urls = table.column(p["url_column"]).to_pylist()
     queries = table.column(p["query_column"]).to_pylist() if p["query_column"] else owners
@@ -122,7 +119,8 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "owners": Input("rows naming image urls (owner id + url or list of urls)", many=True),
+        "owners": Input("rows naming image urls (owner id + url or list of urls)", many=True,
+                        column_params=("owner_column", "url_column", "query_column")),
         "warcs": Input("WARC files replay mode answers from (instead of fetch.replay_warcs)", many=True, optional=True, kind="file"),
     },
     outputs={"images": Output("images_cached", "one row per (owner, url) whose image is in the store")},

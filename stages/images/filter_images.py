@@ -115,9 +115,6 @@ def run(ctx) -> None:
     rows = ctx.read_rows("images")
     ctx.add_input(len(rows))
     texts_table = ctx.read("texts")
-    for column in (p["text_id_column"], p["text_column"]):
-        if column not in texts_table.column_names:
-            raise StageError(f"input texts has no column {column!r} (columns: {texts_table.column_names})")
     texts = dict(zip(texts_table.column(p["text_id_column"]).to_pylist(), texts_table.column(p["text_column"]).to_pylist()))
 
     sized = []
@@ -191,8 +188,9 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "images": Input("images_cached rows", many=True),
-        "texts": Input("rows with the text each image is compared with (question, query)", many=True),
+        "images": Input("images_cached rows", many=True, table="images_cached"),
+        "texts": Input("rows with the text each image is compared with (question, query)", many=True,
+                       column_params=("text_id_column", "text_column")),
     },
     outputs={"images": Output("images_filtered", "images that pass the size and CLIP thresholds, with clip_score")},
     params={

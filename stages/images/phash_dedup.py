@@ -189,10 +189,6 @@ def run(ctx) -> None:
     if not 0 <= p["radius"] <= 64:
         raise StageError(f"param radius must be within 0..64, got {p['radius']}")
     table = ctx.read("images")
-    needed = ["id", "ref_id", "owner_id", "query_id", "sha256", "width", "height", "bytes"]
-    missing = [c for c in needed if c not in table.column_names]
-    if missing:
-        raise StageError(f"input images lacks columns {missing} (is it an images_cached/images_filtered table?)")
     if p["score_column"] not in table.column_names:
         table = table.append_column(p["score_column"], pa.nulls(table.num_rows, pa.float64()))
     rows = table.to_pylist()
@@ -253,7 +249,7 @@ STAGE = Stage(
     name="phash_dedup",
     version=VERSION,
     doc=__doc__,
-    inputs={"images": Input("images_filtered (or images_cached) rows", many=True)},
+    inputs={"images": Input("images_filtered (or images_cached) rows", many=True, table="images_cached")},
     outputs={"images": Output("images_deduped", "one representative per near-duplicate cluster")},
     params={
         "radius": Param(int, 6, "near-duplicates differ in at most this many of the 64 pHash bits", min=0, max=64),

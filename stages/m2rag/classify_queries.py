@@ -55,7 +55,7 @@ STAGE = Stage(
     name="classify_queries",
     version=VERSION,
     doc=__doc__,
-    inputs={"filtered_queries": Input("m2rag_filtered_queries (one shard)")},
+    inputs={"filtered_queries": Input("m2rag_filtered_queries (one shard)", table="m2rag_filtered_queries")},
     outputs={"classified_queries": Output("m2rag_classified_queries", "queries with their topic categories")},
     params={
         "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...), per-stage overrides merged in", schema="llm"),

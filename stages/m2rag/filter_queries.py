@@ -55,7 +55,7 @@ STAGE = Stage(
     name="filter_queries",
     version=VERSION,
     doc=__doc__,
-    inputs={"queries": Input("m2rag_queries (one shard)")},
+    inputs={"queries": Input("m2rag_queries (one shard)", table="m2rag_queries")},
     outputs={"filtered_queries": Output("m2rag_filtered_queries", "queries kept, with both judgements and analyses")},
     params={
         "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...), per-stage overrides merged in", schema="llm"),

@@ -98,8 +98,8 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "posts": Input("reddit_posts shard(s)", many=True),
-        "comments": Input("reddit_comments shard(s) of the same posts", many=True),
+        "posts": Input("reddit_posts shard(s)", many=True, table="reddit_posts"),
+        "comments": Input("reddit_comments shard(s) of the same posts", many=True, table="reddit_comments"),
     },
     outputs={"questions": Output("reddit_questions", "VQA instances: question title, images, best long answer")},
     params={

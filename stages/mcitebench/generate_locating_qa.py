@@ -115,7 +115,7 @@ STAGE = Stage(
     name="generate_locating_qa",
     version=VERSION,
     doc=__doc__,
-    inputs={"elements": Input("parsed paper elements (mcitebench_elements)", many=True)},
+    inputs={"elements": Input("parsed paper elements (mcitebench_elements)", many=True, table="mcitebench_elements")},
     outputs={"qa": Output("mcitebench_qa", "locating multiple-choice QA pairs, one per chosen element")},
     params={
         "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...)", schema="llm"),

@@ -166,8 +166,8 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "qa": Input("QA pairs (mcitebench_qa): explanation and locating", many=True),
-        "elements": Input("parsed paper elements (mcitebench_elements)", many=True),
+        "qa": Input("QA pairs (mcitebench_qa): explanation and locating", many=True, table="mcitebench_qa"),
+        "elements": Input("parsed paper elements (mcitebench_elements)", many=True, table="mcitebench_elements"),
     },
     outputs={
         "questions": Output("mcitebench_questions", "questions with their evidence modality and source type"),

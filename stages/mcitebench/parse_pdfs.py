@@ -432,7 +432,7 @@ STAGE = Stage(
     name="parse_pdfs",
     version=VERSION,
     doc=__doc__,
-    inputs={"papers": Input("harvest_openreview papers (pdf_sha256 names the PDF in the store)")},
+    inputs={"papers": Input("harvest_openreview papers (pdf_sha256 names the PDF in the store)", table="mcitebench_papers")},
     outputs={"elements": Output("mcitebench_elements", "one row per parsed element", counted=False)},
     params={
         "tier": Param(str, "flash", "MinerU tier: flash (CPU, text layer only) | basic | standard | advanced (model files, GPU)", choices=("flash", "basic", "standard", "advanced")),

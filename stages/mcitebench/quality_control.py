@@ -110,10 +110,10 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "questions": Input("questions with evidence and distractors (mcitebench_questions)", many=True),
-        "evidence": Input("evidence rows (mcitebench_evidence)", many=True),
-        "distractors": Input("distractor rows (mcitebench_distractors)", many=True),
-        "elements": Input("parsed paper elements (mcitebench_elements)", many=True),
+        "questions": Input("questions with evidence and distractors (mcitebench_questions)", many=True, table="mcitebench_questions"),
+        "evidence": Input("evidence rows (mcitebench_evidence)", many=True, table="mcitebench_evidence"),
+        "distractors": Input("distractor rows (mcitebench_distractors)", many=True, table="mcitebench_distractors"),
+        "elements": Input("parsed paper elements (mcitebench_elements)", many=True, table="mcitebench_elements"),
     },
     outputs={
         "questions": Output("mcitebench_questions", "questions that pass the automatic quality check"),

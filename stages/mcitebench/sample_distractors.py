@@ -118,9 +118,9 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "questions": Input("questions with paired evidence (mcitebench_questions)", many=True),
-        "evidence": Input("evidence rows (mcitebench_evidence)", many=True),
-        "elements": Input("parsed paper elements (mcitebench_elements)", many=True),
+        "questions": Input("questions with paired evidence (mcitebench_questions)", many=True, table="mcitebench_questions"),
+        "evidence": Input("evidence rows (mcitebench_evidence)", many=True, table="mcitebench_evidence"),
+        "elements": Input("parsed paper elements (mcitebench_elements)", many=True, table="mcitebench_elements"),
     },
     outputs={
         "questions": Output("mcitebench_questions", "questions that got their distractors"),
