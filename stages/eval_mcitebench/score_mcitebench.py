@@ -39,7 +39,7 @@ from __future__ import annotations
 import collections
 from statistics import mean
 
-from stages.core.stage import Input, Output, Stage
+from stages.core.stage import Input, Output, Reject, Stage
 
 VERSION = "1"
 
@@ -177,15 +177,14 @@ def run(ctx):
         ctx.stats[f"answer_judgements_{a['status']}"] += 1
     scores = []
     for response in responses:
-        ctx.add_input()
-        if response["id"] not in parsed:
-            ctx.reject(response["id"], "not_parsed", "split_citations has no row for this response")
-            continue
-        row = score_response(response, parsed[response["id"]], sentences[response["id"]], judgements[response["id"]], answers.get(response["id"]))
-        ctx.stats["missing_citation_judgements"] += row["missing_judgements"]
-        ctx.stats["responses_missing_citation_scores"] += row["citation_f1"] is None
-        ctx.stats["responses_missing_accuracy"] += row["accuracy_missing"]
-        scores.append(row)
+        with ctx.item(response["id"]):
+            if response["id"] not in parsed:
+                raise Reject("not_parsed", "split_citations has no row for this response")
+            row = score_response(response, parsed[response["id"]], sentences[response["id"]], judgements[response["id"]], answers.get(response["id"]))
+            ctx.stats["missing_citation_judgements"] += row["missing_judgements"]
+            ctx.stats["responses_missing_citation_scores"] += row["citation_f1"] is None
+            ctx.stats["responses_missing_accuracy"] += row["accuracy_missing"]
+            scores.append(row)
     ctx.write("scores", scores)
     models = sorted({r["model"] for r in responses})
     for model in models:
