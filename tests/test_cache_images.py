@@ -16,7 +16,8 @@ from PIL import Image
 from pytest_httpserver import HTTPServer
 from werkzeug import Response
 
-from stages.core.images import ImageRejected, ImageStore, normalize_image
+from stages.core.images import ImageStore, normalize_image
+from stages.core.stage import Reject
 
 LOCAL_FETCH = {"allow_networks": ["127.0.0.1/32"], "timeout_s": 3.0, "attempts": 3, "backoff_s": 0.05}
 
@@ -191,10 +192,10 @@ def test_record_then_replay_rebuilds_an_identical_store(tmp_path):
 
 
 def test_normalize_checks_pixels_before_decoding():
-    with pytest.raises(ImageRejected) as info:
+    with pytest.raises(Reject) as info:
         normalize_image(png_bomb(20_000, 20_000), max_pixels=64_000_000)
     assert info.value.reason == "pixel_bomb" and "400000000 pixels" in info.value.detail
-    with pytest.raises(ImageRejected, match="pixel_bomb"):
+    with pytest.raises(Reject, match="pixel_bomb"):
         normalize_image(encode("PNG", size=(200, 200)), max_pixels=30_000)
     assert normalize_image(encode("PNG", size=(200, 200)), max_pixels=40_000).format == "png"
 
@@ -214,4 +215,4 @@ def test_cli_help_and_bad_params(tmp_path):
         [sys.executable, "-m", "stages.images.cache_images", "--input", f"owners={items_path}", "--output", f"images={out}", "--params", '{"url_column": "urls"}'],
         capture_output=True, text=True,
     )
-    assert bad.returncode != 0 and "no column 'urls'" in bad.stderr
+    assert bad.returncode != 0 and f"{items_path} (table 'owners'): column 'urls' is missing" in bad.stderr

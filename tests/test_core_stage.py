@@ -181,3 +181,23 @@ def test_release_is_not_published_when_counts_do_not_add_up(tmp_path):
     with pytest.raises(SystemExit, match="rows in 3 != rows out 2 \\+ rejected 0"):
         stage.main(["--output", f"manifest={tmp_path / 'release.json'}"])
     assert not (tmp_path / "releases").exists() and not (tmp_path / "release.json").exists()
+
+
+def test_every_table_input_of_every_stage_names_its_columns():
+    """Each stage's table inputs declare a schema that exists (or the params naming their columns),
+    so the runner checks every input file before the stage reads it."""
+    import importlib
+
+    from stages.core.layout import STAGES_DIR, stage_module
+
+    names = sorted(p.stem for p in STAGES_DIR.glob("*/*.py") if p.parent.name != "core" and p.stem != "__init__")
+    assert len(names) > 20
+    for name in names:
+        stage = importlib.import_module(stage_module(name)).STAGE
+        for input_name, spec in stage.inputs.items():
+            if spec.kind != "table":
+                continue
+            assert spec.table or spec.column_params, f"{name}: input {input_name!r} names no table"
+            if spec.table:
+                table_schema(spec.table)  # the schema file exists and parses
+            assert set(spec.column_params) <= set(stage.params), f"{name}: input {input_name!r}"

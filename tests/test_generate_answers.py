@@ -8,9 +8,9 @@ import pytest
 
 from eval_fixtures import llm_params, make_release, reference_records, shrink
 from stages.core.images import ImageStore
-from stages.core.stage import StageError
+from stages.core.stage import Reject, StageError
 from stages.core.evidence import shown
-from stages.eval_mcitebench.generate_answers import STAGE, BadRecord, release_captions, release_file, task_items
+from stages.eval_mcitebench.generate_answers import STAGE, check_record, release_captions, release_file, task_items
 
 
 @pytest.fixture()
@@ -49,16 +49,16 @@ def test_bad_records(release):
     record = reference_records()[0]
     unknown_text = copy.deepcopy(record)
     unknown_text["distractor_contents"][0] = "a paragraph that idx_2_text does not number"
-    with pytest.raises(BadRecord, match="text_2_idx"):
+    with pytest.raises(Reject, match="text_2_idx"):
         items_of(unknown_text, folder)
     missing = copy.deepcopy(record)
     (folder / missing["evidence_contents"][0]).unlink()
-    with pytest.raises(BadRecord) as err:
+    with pytest.raises(Reject) as err:
         items_of(missing, folder)
     assert err.value.reason == "missing_image"
     no_field = {k: v for k, v in record.items() if k != "text_2_idx"}
-    with pytest.raises(BadRecord, match="missing fields"):
-        items_of(no_field, folder)
+    with pytest.raises(Reject, match="missing fields"):
+        check_record(no_field)
 
 
 def test_release_file_accepts_manifest_folder_and_jsonl(release, tmp_path):
@@ -103,7 +103,7 @@ def test_stage_cli_with_embedded_model(release, tmp_path):
     rows = pq.read_table(out).to_pylist()
     report = json.loads(Path(f"{out}.report.json").read_text())
     assert report["rows_in"] == 4 and report["rows_out"]["responses"] == 2
-    assert report["rejected_by_reason"] == {"bad_record": 1, "missing_image": 1}
+    assert report["rejected_by_reason"] == {"bad_json": 1, "missing_image": 1}
     assert report["stats"]["llm_calls"] == 2 and report["stats"]["records_in_release"] == 5
     assert [r["question_type"] for r in rows] == ["locating", "explanation"]
     assert all(r["response"] and r["model"] == "smol" and not r["vision"] for r in rows)
@@ -124,7 +124,7 @@ def test_lines_that_are_json_but_not_objects_are_rejected(release, tmp_path):
     STAGE.main(["--input", f"release={release}", "--output", f"responses={out}", "--params", json.dumps(params)])
     report = json.loads(Path(f"{out}.report.json").read_text())
     assert report["rows_in"] == 3 and report["rows_out"]["responses"] == 0
-    assert report["rejected_by_reason"] == {"bad_record": 3}
+    assert report["rejected_by_reason"] == {"bad_record": 2, "bad_json": 1}
     rejects = pq.read_table(f"{out}.rejects.parquet").to_pylist()
     assert [r["id"] for r in rejects] == ["line:1", "line:2", "line:3"]
     assert "not a JSON object" in rejects[0]["detail"] and "not JSON" in rejects[2]["detail"]

@@ -171,21 +171,35 @@ def text_block(kind: str, text: str, y: float) -> dict:
 
 ZIP = "application/zip"
 FAILED = {"status": "failed", "files": [{"error": {"code": "PARSE_ERROR", "message": "the backend crashed"}}]}
-ANSWERS = {  # the PDF's bytes -> (status, content type, body) of mineru-api's /v1/file_parse
-    b"%PDF good": (200, ZIP, mineru_zip({"middle_json.json": middle(text_block("paragraph_title", "1 Intro", 0.1),
+def tagged_pdf(tag: str) -> bytes:
+    """A blank one-page PDF (it passes the stage's PDFium check) ending in a comment naming the answer."""
+    canvas = pytest.importorskip("reportlab.pdfgen.canvas")
+    out = io.BytesIO()
+    c = canvas.Canvas(out, invariant=1)
+    c.showPage()
+    c.save()
+    return out.getvalue() + f"%{tag}\n".encode()
+
+
+def pdf_tag(pdf: bytes) -> str:
+    return pdf.rstrip().rsplit(b"%", 1)[1].decode()
+
+
+ANSWERS = {  # the PDF's tag -> (status, content type, body) of mineru-api's /v1/file_parse
+    "good": (200, ZIP, mineru_zip({"middle_json.json": middle(text_block("paragraph_title", "1 Intro", 0.1),
                                                                      text_block("text", "Widgets gate things.", 0.2))})),
-    b"%PDF notzip": (200, ZIP, b"<html>502 Bad Gateway from a proxy</html>"),
-    b"%PDF nomiddle": (200, ZIP, mineru_zip({"images/a.jpg": b"jpeg"})),
-    b"%PDF badjson": (200, ZIP, mineru_zip({"middle_json.json": b"{not json"})),
-    b"%PDF failed": (500, "application/json", json.dumps(FAILED).encode()),
-    b"%PDF imageonly": (200, ZIP, mineru_zip({"middle_json.json": middle(
+    "notzip": (200, ZIP, b"<html>502 Bad Gateway from a proxy</html>"),
+    "nomiddle": (200, ZIP, mineru_zip({"images/a.jpg": b"jpeg"})),
+    "badjson": (200, ZIP, mineru_zip({"middle_json.json": b"{not json"})),
+    "failed": (500, "application/json", json.dumps(FAILED).encode()),
+    "imageonly": (200, ZIP, mineru_zip({"middle_json.json": middle(
         {"type": "image", "bbox": [0.2, 0.1, 0.8, 0.5], "content": [{"type": "image_body", "image_path": "images/a.jpg"}]})})),
 }
 
 
-def run_against(tmp: Path, server_url: str, pdfs: list[bytes]) -> tuple[dict, dict, list[dict]]:
+def run_against(tmp: Path, server_url: str, tags: list[str]) -> tuple[dict, dict, list[dict]]:
     store = tmp / "pdfs"
-    papers = [paper(pdf.decode().split()[1], pdf, store) for pdf in pdfs]
+    papers = [paper(tag, tagged_pdf(tag), store) for tag in tags]
     write_table(tmp / "papers.parquet", papers, "mcitebench_papers")
     out = tmp / "elements.parquet"
     params = {"pdf_store": str(store), "image_store": str(tmp / "images"), "server_url": server_url, "tier": "standard", "ocr_mode": "auto"}
@@ -201,7 +215,7 @@ def test_a_broken_answer_rejects_only_its_own_paper(httpserver, tmp_path):
 
     def file_parse(request: Request) -> Response:
         seen.append(dict(request.args))
-        status, kind, body = ANSWERS[request.files["files"].read()]
+        status, kind, body = ANSWERS[pdf_tag(request.files["files"].read())]
         return Response(body, status=status, content_type=kind)
 
     httpserver.expect_request("/v1/file_parse", method="POST").respond_with_handler(file_parse)
@@ -218,7 +232,7 @@ def test_a_broken_answer_rejects_only_its_own_paper(httpserver, tmp_path):
 
 
 def test_an_unreachable_server_rejects_the_papers(tmp_path):
-    report, rejects, elements = run_against(tmp_path, "http://127.0.0.1:9", [b"%PDF good"])
+    report, rejects, elements = run_against(tmp_path, "http://127.0.0.1:9", ["good"])
     (reason, detail), = rejects.values()
     assert reason == "mineru_failed" and "ConnectionError" in detail
     assert elements == [] and report["rows_in"] == 1 and report["rejected"] == 1

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 from stages.core.release import portable_duckdb_file
-from stages.core.stage import Input, Output, Stage
+from stages.core.stage import Input, Output, Reject, Stage
 
 VERSION = "1"
 _SHARD = re.compile(r"^(?P<table>.+?)(?:\.(?P<shard>\d{5}))?\.parquet$")
@@ -27,7 +27,7 @@ _SHARD = re.compile(r"^(?P<table>.+?)(?:\.(?P<shard>\d{5}))?\.parquet$")
 def _layout(path: Path) -> tuple[str, str, str]:
     match = _SHARD.match(path.name)
     if not match:
-        raise ValueError(f"{path} is not a stage output (<table>[.<shard>].parquet)")
+        raise Reject("not_in_run_layout", f"{path} is not a stage output (<table>[.<shard>].parquet)")
     return path.parent.parent.name, path.parent.name, match["table"]
 
 
@@ -39,15 +39,11 @@ def run(ctx):
     views: dict[tuple[str, str], list[Path]] = collections.defaultdict(list)
     stage_dirs: set[tuple[str, Path]] = set()
     for raw in ctx.input_paths("tables"):
-        ctx.add_input()
         path = Path(raw).resolve()
-        try:
+        with ctx.item(str(path)):
             family, _stage, table = _layout(path)
-        except ValueError as err:
-            ctx.reject(str(path), "not_in_run_layout", str(err))
-            continue
-        views[(family, table)].append(path)
-        stage_dirs.add((family, path.parent))
+            views[(family, table)].append(path)
+            stage_dirs.add((family, path.parent))
     with portable_duckdb_file(ctx.output_path("catalog")) as con:
         for family in sorted({f for f, _ in views}):
             con.execute(f'create schema if not exists "{family}"')
@@ -80,7 +76,7 @@ STAGE = Stage(
     name="build_catalog",
     version=VERSION,
     doc=__doc__,
-    inputs={"tables": Input("stage output Parquet files in the run layout", many=True)},
+    inputs={"tables": Input("stage output Parquet files in the run layout (any table: each becomes a view)", many=True, kind="file")},
     outputs={"catalog": Output(None, "the catalog DuckDB file")},
     params={},
     run=run,

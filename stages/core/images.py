@@ -21,6 +21,7 @@ from pathlib import Path
 from PIL import Image, UnidentifiedImageError
 
 from .ids import sha256_hex
+from .stage import Reject
 from .tables import atomic_write_bytes
 
 DEFAULT_ROOT = "data/cache/images"
@@ -57,13 +58,6 @@ KEPT_FORMATS = {"JPEG": "jpeg", "PNG": "png", "GIF": "gif", "WEBP": "webp"}
 EXTENSIONS = {"jpeg": "jpg", "png": "png", "gif": "gif", "webp": "webp"}
 
 
-class ImageRejected(ValueError):
-    def __init__(self, reason: str, detail: str):
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-
-
 @dataclass(frozen=True)
 class NormalizedImage:
     data: bytes  # the bytes to store: the original, or the JPEG conversion
@@ -83,14 +77,14 @@ def _looks_like_svg(data: bytes) -> bool:
 
 
 def normalize_image(data: bytes, max_pixels: int, jpeg_quality: int = 95) -> NormalizedImage:
-    """Check and convert downloaded bytes (see module docstring); raises ImageRejected."""
+    """Check and convert downloaded bytes (see module docstring); raises Reject."""
     if _looks_like_svg(data):
-        raise ImageRejected("unsupported_format", "SVG is not rasterised")
+        raise Reject("unsupported_format", "SVG is not rasterised")
     try:
         with Image.open(io.BytesIO(data)) as im:  # parses the header only
             width, height = im.size
             if width * height > max_pixels:
-                raise ImageRejected("pixel_bomb", f"{width}x{height} = {width * height} pixels > {max_pixels}")
+                raise Reject("pixel_bomb", f"{width}x{height} = {width * height} pixels > {max_pixels}")
             source = (im.format or "unknown").lower()
             im.load()  # first frame: a truncated or corrupt image fails here
             if im.format in KEPT_FORMATS:
@@ -99,11 +93,11 @@ def normalize_image(data: bytes, max_pixels: int, jpeg_quality: int = 95) -> Nor
             flatten_to_rgb(im).save(buffer, "JPEG", quality=jpeg_quality)
             return NormalizedImage(buffer.getvalue(), "jpeg", source, width, height)
     except Image.DecompressionBombError as err:  # Pillow's own limit, should ours be higher
-        raise ImageRejected("pixel_bomb", str(err)) from None
+        raise Reject("pixel_bomb", str(err)) from None
     except UnidentifiedImageError:
-        raise ImageRejected("not_an_image", f"{len(data)} bytes Pillow cannot identify, starting {data[:16]!r}") from None
+        raise Reject("not_an_image", f"{len(data)} bytes Pillow cannot identify, starting {data[:16]!r}") from None
     except (OSError, SyntaxError, ValueError, EOFError) as err:
-        raise ImageRejected("broken_image", f"{type(err).__name__}: {err}") from None
+        raise Reject("broken_image", f"{type(err).__name__}: {err}") from None
 
 
 def flatten_to_rgb(im: Image.Image) -> Image.Image:

@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .tables import REJECTS_SCHEMA, atomic_write_bytes, read_tables
+from .tables import atomic_write_bytes
 
 
 # DuckDB files we hand to people (releases, the catalog) are written in a storage format that
@@ -123,14 +123,6 @@ def write_manifest(path: str, name: str, version: str, folder: Path, tables: dic
         "tables": {t: tables[t].num_rows for t in tables},
     }
     atomic_write_bytes(path, json.dumps(manifest, indent=2).encode())
-
-
-def read_rejects(ctx) -> pa.Table:
-    """The family's rejects sidecars given to a release stage as its `rejects` input, gathered
-    (an empty rejects table when there are none)."""
-    if not ctx.has_input("rejects"):
-        return REJECTS_SCHEMA.empty_table()
-    return read_tables(ctx.input_paths("rejects"))
 
 
 def reject_counts(rejects: pa.Table) -> pa.Table:

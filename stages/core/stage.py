@@ -17,8 +17,16 @@ and runs alone:
     python -m stages.mavis.filter_questions --input posts=a.parquet --output questions=b.parquet \
         --params params.yaml          # or inline JSON: --params '{"min_answer_chars": 400}'
 
-`run(ctx)` reads inputs, writes rows through `ctx.writer(name)`/`ctx.write(name, rows)`, sends
-every dropped row to `ctx.reject(id, reason, detail)` and counts what it read with `ctx.add_input`.
+Before `run(ctx)`, every file of every table input is checked against the input's declared
+table schema (`Input(..., table=...)`). `run(ctx)` reads inputs with `ctx.read`/`ctx.read_rows`, writes rows through `ctx.writer(name)`/`ctx.write(name, rows)`, and handles
+each input item in its scope, where raising `Reject(reason, detail)` drops it:
+
+    for row in ctx.read_rows("posts"):
+        with ctx.item(row["id"]):          # counts the item as read
+            if not row["title"]:
+                raise Reject("empty_title", f"post {row['id']} has no title")
+            ctx.write("questions", [...])
+
 The runner then commits every output atomically, writes the rejects sidecar
 `<first output>.rejects.parquet` and `<first output>.report.json`, and checks the count invariant
 (rows in = rows out + rejected, over the outputs marked `counted`). A violation, an exception or
@@ -158,6 +166,9 @@ class Input:
     optional: bool = False
     kind: str = "table"  # table | file | dir
     table: str | None = None  # schema in schemas/tables that `ctx.read` checks every file against
+    # Params naming further columns the input must hold, for stages that read a table of the
+    # caller's choosing (cache_images' url column, filter_images' text column).
+    column_params: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -340,16 +351,27 @@ class Context:
         return self._inputs[name][0]
 
     def read(self, name: str) -> pa.Table:
-        """The input's files as one table; with a declared `table`, each file's columns and types
-        are checked first (a mismatch fails naming the file, the table and the column)."""
-        table = self.stage.inputs[name].table
-        if table is not None:
-            for path in self._inputs[name]:
+        """The input's files as one table (checked by `check_inputs` before `run`), or an empty
+        table of its schema when an optional input has none."""
+        if not self._inputs.get(name):
+            spec = self.stage.inputs[name]
+            return (table_schema(spec.table) if spec.table else pa.schema([])).empty_table()
+        return read_tables(self._inputs[name])
+
+    def check_inputs(self) -> None:
+        """Every file of every table input holds its declared table's columns with their types,
+        and the columns its `column_params` name; read from the footers, before the stage reads
+        anything, whatever it reads with. A mismatch fails naming the file, the table, the column."""
+        for name, spec in self.stage.inputs.items():
+            if spec.kind != "table":
+                continue
+            schema = table_schema(spec.table) if spec.table else pa.schema([])
+            named = [self.params[p] for p in spec.column_params if self.params[p]]
+            for path in self._inputs.get(name, []):
                 try:
-                    check_columns(path, table_schema(table), table)
+                    check_columns(path, schema, spec.table or name, named)
                 except SchemaError as err:
                     raise StageError(f"input {name!r}: {err}") from None
-        return read_tables(self._inputs[name])
 
     def read_rows(self, name: str) -> list[dict]:
         return self.read(name).to_pylist()
@@ -420,6 +442,7 @@ class Context:
 
     def execute(self) -> dict:
         started = time.monotonic()
+        self.check_inputs()
         try:
             self.stage.run(self)
             for name, spec in self.stage.outputs.items():  # every declared table exists, even if empty

@@ -94,15 +94,7 @@ def table_schema(table: str) -> pa.Schema:
     return pa.schema(fields, metadata={"citeforge.table": table})
 
 
-REJECTS_SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.string()),
-        pa.field("stage", pa.string()),
-        pa.field("reason", pa.string()),
-        pa.field("detail", pa.string()),
-    ],
-    metadata={"citeforge.table": "rejects"},
-)
+REJECTS_SCHEMA = table_schema("rejects")  # every stage's <first output>.rejects.parquet
 
 
 def to_arrow(rows: list[dict] | pa.Table, schema: pa.Schema, table: str) -> pa.Table:
@@ -227,13 +219,16 @@ def write_table(path: str | os.PathLike, rows: list[dict] | pa.Table, table: str
     return writer.rows_written
 
 
-def check_columns(path: str | os.PathLike, schema: pa.Schema, table: str) -> None:
-    """A Parquet file holds every column of `schema` with its type (read from the footer only).
-    Extra columns are allowed: a stage reads the columns it declares."""
+def check_columns(path: str | os.PathLike, schema: pa.Schema, table: str, named: Iterable[str] = ()) -> None:
+    """A Parquet file holds every column of `schema` with its type, and the `named` columns of any
+    type (read from the footer only). Extra columns are allowed: a stage reads what it declares."""
     try:
         found = pq.read_schema(path)
     except (OSError, pa.ArrowInvalid) as err:
         raise SchemaError(f"{path} is not a readable Parquet file (table {table!r}): {err}") from None
+    for column in named:
+        if found.get_field_index(column) < 0:
+            raise SchemaError(f"{path} (table {table!r}): column {column!r} is missing")
     for field in schema:
         index = found.get_field_index(field.name)
         if index < 0:

@@ -20,9 +20,11 @@ One response per (model, question).
 Inputs: release: the release manifest JSON ({"path": folder}), or a release folder, or its
 `mcitebench.jsonl`.
 Outputs: responses (eval_responses).
-Rejects: bad_record (a field missing or inconsistent: an item without a number), missing_image
-(an image file named by the record is absent), invalid_answer (the model call failed; raw and
-reason kept).
+Every line is checked where it enters: bad_json (not JSON, not UTF-8), bad_record (not an object,
+a field missing, of the wrong type, e.g. an integer `question_id` or a list for `text_2_idx`, or
+inconsistent: an item without a number), duplicate_id (a question_id seen on an earlier line; the
+first is kept), missing_image (an image file named by the record is absent), invalid_answer (the
+model call failed; raw and reason kept).
 Params: model, llm, vision, with_captions, seed, limit, max_tokens.
 """
 from __future__ import annotations
@@ -37,18 +39,36 @@ from stages.core.evidence import shown
 from stages.core.images import ImageStore
 from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.refs import figure_table_refs
-from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "2"  # 2: items shuffled by core seeded_rng
 PROMPT = "mcitebench_answer"
-REQUIRED = ("question_id", "pdf_id", "question_type", "question", "answer", "evidence_keys", "evidence_contents",
-            "text_2_idx", "image_2_idx", "table_2_idx", "distractor_contents")
+FIELDS = {"question_id": str, "pdf_id": str, "question_type": str, "question": str, "answer": str, "evidence_keys": list,
+          "evidence_contents": list, "text_2_idx": dict, "image_2_idx": dict, "table_2_idx": dict, "distractor_contents": list}
+STRING_LISTS = ("evidence_keys", "evidence_contents", "distractor_contents")
 
 
-class BadRecord(ValueError):
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
+def item_id(record: object, n: int) -> str:
+    """The record's question_id, or its line number when it has no usable one."""
+    qid = record.get("question_id") if isinstance(record, dict) else None
+    return qid if isinstance(qid, str) and qid else f"line:{n}"
+
+
+def check_record(record: object) -> dict:
+    """A parsed line as a record with every field the task needs, of its type; or Reject."""
+    if isinstance(record, ValueError):
+        raise Reject("bad_json", f"not JSON: {record}")
+    if not isinstance(record, dict):
+        raise Reject("bad_record", f"not a JSON object: a {type(record).__name__}")
+    missing = [f for f in FIELDS if f not in record]
+    if missing:
+        raise Reject("bad_record", f"missing fields {missing}")
+    for field, kind in FIELDS.items():
+        value = record[field]
+        if not isinstance(value, kind) or (field in STRING_LISTS and not all(isinstance(v, str) for v in value)):
+            raise Reject("bad_record", f"field {field!r} must be {kind.__name__}{' of strings' if field in STRING_LISTS else ''}, "
+                                       f"got {type(value).__name__} {str(value)[:80]!r}")
+    return record
 
 
 def release_file(path: str) -> Path:
@@ -82,7 +102,7 @@ def release_captions(folder: Path) -> dict[str, str]:
 def _item_label(record: dict, content: str, evidence_key: str | None) -> tuple[str, str]:
     if not content.startswith("images/"):
         if content not in record["text_2_idx"]:
-            raise BadRecord("bad_record", f"text item not in text_2_idx: {content[:80]!r}")
+            raise Reject("bad_record", f"text item not in text_2_idx: {content[:80]!r}")
         return f"[{record['text_2_idx'][content]}]", "text"
     if content in record["image_2_idx"]:
         return f"Figure {record['image_2_idx'][content]}", "figure"
@@ -91,17 +111,14 @@ def _item_label(record: dict, content: str, evidence_key: str | None) -> tuple[s
     refs = figure_table_refs(evidence_key or "")
     if refs:  # an evidence image missing from both maps: its evidence key still names it
         return refs[0].label, refs[0].kind
-    raise BadRecord("bad_record", f"image {content} has no figure or table number")
+    raise Reject("bad_record", f"image {content} has no figure or table number")
 
 
 def task_items(record: dict, folder: Path, seed: int, captions: dict[str, str], store: ImageStore) -> list[dict]:
     """The record's items in the order shown: evidence and distractors shuffled per question."""
-    missing = [f for f in REQUIRED if f not in record]
-    if missing:
-        raise BadRecord("bad_record", f"missing fields {missing}")
     evidence, keys = record["evidence_contents"], record["evidence_keys"]
     if not evidence:
-        raise BadRecord("bad_record", "no evidence")
+        raise Reject("bad_record", "no evidence")
     entries = [(c, keys[i] if i < len(keys) else None, True) for i, c in enumerate(evidence)]
     entries += [(c, None, False) for c in record["distractor_contents"]]
     items = []
@@ -113,13 +130,13 @@ def task_items(record: dict, folder: Path, seed: int, captions: dict[str, str], 
         else:
             path = folder / content
             if not path.exists():
-                raise BadRecord("missing_image", f"{path} does not exist")
+                raise Reject("missing_image", f"{path} does not exist")
             item["image_sha256"] = store.put(path.read_bytes(), path.suffix or ".jpg")
             item["caption"] = captions.get(Path(content).stem)
         items.append(item)
     labels = [i["label"] for i in items]
     if len(set(labels)) != len(labels):
-        raise BadRecord("bad_record", f"two items share a label: {labels}")
+        raise Reject("bad_record", f"two items share a label: {labels}")
     seeded_rng(seed, record["question_id"]).shuffle(items)
     return items
 
@@ -138,54 +155,56 @@ def run(ctx):
         captions = release_captions(folder)
         vision = sees_images(params)
         rows, requests = [], []
-        with path.open() as fh:
-            lines = [line for line in fh if line.strip()]
+        lines = [line for line in path.read_bytes().splitlines() if line.strip()]
         ctx.stats["records_in_release"] = len(lines)
         if params["limit"]:
             lines = lines[: params["limit"]]
-        for n, line in enumerate(lines):
-            ctx.add_input()
+        seen: dict[str, int] = {}
+        for n, line in enumerate(lines, 1):
             try:
                 record = json.loads(line)
-                if not isinstance(record, dict):
-                    raise BadRecord("bad_record", "not a JSON object")
-                items = task_items(record, folder, params["seed"], captions, store)
-            except json.JSONDecodeError as err:
-                ctx.reject(f"line:{n + 1}", "bad_record", f"{path}:{n + 1}: not JSON: {err}")
-                continue
-            except BadRecord as err:
-                where = record.get("question_id", f"line:{n + 1}") if isinstance(record, dict) else f"line:{n + 1}"
-                ctx.reject(str(where), err.reason, f"{path}:{n + 1}: {err}")
-                continue
-            views, images = shown(items, vision, params["with_captions"])
-            row = {
-                "id": content_id("resp", params["model"], record["question_id"]),
-                "model": params["model"],
-                "question_id": record["question_id"],
-                "pdf_id": record["pdf_id"],
-                "question_type": record["question_type"],
-                "question": record["question"],
-                "answer": record["answer"],
-                "meta_json": json.dumps(record.get("meta_data") or {}, ensure_ascii=False, sort_keys=True),
-                "modality": evidence_modality(items),
-                "source": "single" if len(record["evidence_contents"]) == 1 else "multi",
-                "gold": [i["label"] for i in items if i["is_evidence"]],
-                "items": items,
-                "with_captions": params["with_captions"],
-                "vision": vision,
-                "response": None,
-            }
-            rows.append(row)
-            sampling = {"max_tokens": params["max_tokens"]} if params["max_tokens"] else None
-            requests.append(LLMRequest(id=row["id"], prompt=PROMPT, variables={"items": views, "question": record["question"]},
-                                       images=images, sampling=sampling))
+            except ValueError as err:  # not JSON, or not UTF-8
+                record = err
+            with ctx.item(item_id(record, n)):
+                record = check_record(record)
+                if record["question_id"] in seen:
+                    raise Reject("duplicate_id", f"{path}:{n}: question_id seen on line {seen[record['question_id']]}; the first is kept")
+                seen[record["question_id"]] = n
+                row, request = task(record, task_items(record, folder, params["seed"], captions, store), vision, params)
+                rows.append(row)
+                requests.append(request)
         answers = client.run(requests, desc=f"answers {params['model']}")
         for row, answer in zip(rows, answers):
-            if not answer.ok:
-                ctx.reject(row["id"], "invalid_answer", answer.detail)
-                continue
-            row["response"] = answer.value
-            ctx.write("responses", [row])
+            with ctx.item(row["id"], counted=False):
+                if not answer.ok:
+                    raise Reject("invalid_answer", answer.detail)
+                row["response"] = answer.value
+                ctx.write("responses", [row])
+
+
+def task(record: dict, items: list[dict], vision: bool, params: dict) -> tuple[dict, LLMRequest]:
+    """The response row (its response still empty) and the model request of one record."""
+    views, images = shown(items, vision, params["with_captions"])
+    row = {
+        "id": content_id("resp", params["model"], record["question_id"]),
+        "model": params["model"],
+        "question_id": record["question_id"],
+        "pdf_id": record["pdf_id"],
+        "question_type": record["question_type"],
+        "question": record["question"],
+        "answer": record["answer"],
+        "meta_json": json.dumps(record.get("meta_data") or {}, ensure_ascii=False, sort_keys=True),
+        "modality": evidence_modality(items),
+        "source": "single" if len(record["evidence_contents"]) == 1 else "multi",
+        "gold": [i["label"] for i in items if i["is_evidence"]],
+        "items": items,
+        "with_captions": params["with_captions"],
+        "vision": vision,
+        "response": None,
+    }
+    sampling = {"max_tokens": params["max_tokens"]} if params["max_tokens"] else None
+    return row, LLMRequest(id=row["id"], prompt=PROMPT, variables={"items": views, "question": record["question"]},
+                           images=images, sampling=sampling)
 
 
 STAGE = Stage(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from stages.core.llm import LLMClient, LLMRequest
-from stages.core.stage import Input, Output, Param, Stage
+from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "1"
 PROMPTS = {"explanation": "mcitebench_judge_explanation", "locating": "mcitebench_judge_locating"}
@@ -32,25 +32,24 @@ def request_for(response: dict) -> LLMRequest:
 def run(ctx):
     rows, asked = [], []
     for response in ctx.read_rows("responses"):
-        ctx.add_input()
-        if response["question_type"] not in PROMPTS:
-            ctx.reject(response["id"], "bad_question_type", f"question_type {response['question_type']!r} is not one of {sorted(PROMPTS)}")
-            continue
-        row = {"id": response["id"], "model": response["model"], "judge": ctx.params["judge"],
-               "question_type": response["question_type"], "rating": None, "status": "judged"}
-        if not (response["response"] or "").strip():
-            row.update(rating=0, status="empty_response")
-        else:
-            asked.append((row, request_for(response)))
-        rows.append(row)
+        with ctx.item(response["id"]):
+            if response["question_type"] not in PROMPTS:
+                raise Reject("bad_question_type", f"question_type {response['question_type']!r} is not one of {sorted(PROMPTS)}")
+            row = {"id": response["id"], "model": response["model"], "judge": ctx.params["judge"],
+                   "question_type": response["question_type"], "rating": None, "status": "judged"}
+            if not (response["response"] or "").strip():
+                row.update(rating=0, status="empty_response")
+            else:
+                asked.append((row, request_for(response)))
+            rows.append(row)
     with LLMClient.from_params(ctx.params["llm"], stats=ctx.stats) as client:
         answers = client.run([request for _, request in asked], desc="answer judge")
     for (row, _), answer in zip(asked, answers):
-        if answer.ok:
+        with ctx.item(row["id"], counted=False):  # counted when read
+            if not answer.ok:
+                row["status"] = "failed"
+                raise Reject("invalid_answer", answer.detail)
             row["rating"] = answer.value["answer_rating"]
-        else:
-            row["status"] = "failed"
-            ctx.reject(row["id"], "invalid_answer", answer.detail)
     for row in rows:
         if row["status"] != "failed":
             ctx.stats[f"ratings_{row['status']}"] += 1
@@ -61,7 +60,7 @@ STAGE = Stage(
     name="judge_answers",
     version=VERSION,
     doc=__doc__,
-    inputs={"responses": Input("eval_responses from generate_answers")},
+    inputs={"responses": Input("eval_responses from generate_answers", table="eval_responses")},
     outputs={"judgements": Output("eval_answer_judgements", "one rating per response")},
     params={
         "judge": Param(str, help="the judge's name, recorded in every row"),

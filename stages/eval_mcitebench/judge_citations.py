@@ -29,7 +29,7 @@ from __future__ import annotations
 from stages.core.ids import content_id
 from stages.core.evidence import shown
 from stages.core.llm import LLMClient, LLMRequest, sees_images
-from stages.core.stage import Input, Output, Param, Stage
+from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "1"
 PROMPTS = {"support": "mcitebench_judge_support", "relevance": "mcitebench_judge_relevance"}
@@ -70,25 +70,24 @@ def run(ctx):
     responses = {r["id"]: r for r in ctx.read_rows("responses")}
     planned = []
     for sentence in ctx.read_rows("sentences"):
-        ctx.add_input()
-        if not sentence["citations"]:
-            continue
-        response = responses.get(sentence["response_id"])
-        if response is None:
-            ctx.reject(sentence["id"], "no_response", f"response {sentence['response_id']} is not in the responses input")
-            ctx.stats["planned_judgements"] += 1
-            continue
-        planned += plan(sentence, response, vision)
+        with ctx.item(sentence["id"]):
+            if not sentence["citations"]:
+                continue
+            response = responses.get(sentence["response_id"])
+            if response is None:
+                ctx.stats["planned_judgements"] += 1
+                raise Reject("no_response", f"response {sentence['response_id']} is not in the responses input")
+            planned += plan(sentence, response, vision)
     ctx.stats["planned_judgements"] += len(planned)
     asked = [row for row in planned if row["request"] is not None]
     with LLMClient.from_params(params["llm"], stats=ctx.stats) as client:
         answers = client.run([row["request"] for row in asked], desc="citation judge")
     for row, answer in zip(asked, answers):
-        if answer.ok:
+        with ctx.item(row["id"], counted=False):  # a planned judgement, not an input row
+            if not answer.ok:
+                row["status"] = "failed"
+                raise Reject("invalid_answer", f"{row['kind']} of {row['sentence_id']}: {answer.detail}")
             row["score"] = answer.value["rating"]
-        else:
-            row["status"] = "failed"
-            ctx.reject(row["id"], "invalid_answer", f"{row['kind']} of {row['sentence_id']}: {answer.detail}")
     for row in planned:
         if row["status"] == "failed":
             continue
@@ -110,8 +109,8 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "responses": Input("eval_responses: the items each question showed"),
-        "sentences": Input("eval_sentences from split_citations"),
+        "responses": Input("eval_responses: the items each question showed", table="eval_responses"),
+        "sentences": Input("eval_sentences from split_citations", table="eval_sentences"),
     },
     outputs={"judgements": Output("eval_citation_judgements", "support and relevance judgements")},
     params={

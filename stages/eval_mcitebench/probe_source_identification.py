@@ -25,7 +25,7 @@ import string
 from stages.core.ids import content_id
 from stages.core.evidence import shown
 from stages.core.llm import LLMClient, LLMRequest, sees_images
-from stages.core.stage import Input, Output, Param, Stage
+from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "1"
 PROMPT = "mcitebench_probe_source"
@@ -46,38 +46,37 @@ def run(ctx):
         if response["question_type"] != "explanation" or response["source"] != "single":
             ctx.stats["not_probed"] += 1
             continue
-        ctx.add_input()
         items = response["items"]
-        if not 2 <= len(items) <= 5:
-            ctx.reject(response["id"], "bad_options", f"{len(items)} items; the probe takes 2-5 options")
-            continue
-        letters = string.ascii_uppercase[: len(items)]
-        views, images = shown(items, vision, with_captions=False)
-        options = [{**view, "letter": letter} for view, letter in zip(views, letters)]
-        gold = next(letter for letter, item in zip(letters, items) if item["is_evidence"])
-        evidence = next(item for item in items if item["is_evidence"])
-        rows.append({
-            "id": content_id("probe", params["model"], response["question_id"]),
-            "model": params["model"], "question_id": response["question_id"], "modality": evidence["modality"],
-            "options": [item["label"] for item in items], "gold_letter": gold, "vision": vision,
-        })
-        requests.append(LLMRequest(id=rows[-1]["id"], prompt=PROMPT, variables={"question": response["question"], "options": options}, images=images))
+        with ctx.item(response["id"]):
+            if not 2 <= len(items) <= 5:
+                raise Reject("bad_options", f"{len(items)} items; the probe takes 2-5 options")
+            letters = string.ascii_uppercase[: len(items)]
+            views, images = shown(items, vision, with_captions=False)
+            options = [{**view, "letter": letter} for view, letter in zip(views, letters)]
+            gold = next(letter for letter, item in zip(letters, items) if item["is_evidence"])
+            evidence = next(item for item in items if item["is_evidence"])
+            rows.append({
+                "id": content_id("probe", params["model"], response["question_id"]),
+                "model": params["model"], "question_id": response["question_id"], "modality": evidence["modality"],
+                "options": [item["label"] for item in items], "gold_letter": gold, "vision": vision,
+            })
+            requests.append(LLMRequest(id=rows[-1]["id"], prompt=PROMPT, variables={"question": response["question"], "options": options}, images=images))
     with LLMClient.from_params(params["llm"], stats=ctx.stats) as client:
         answers = client.run(requests, desc=f"probe {params['model']}")
     for row, answer in zip(rows, answers):
-        if not answer.ok:
-            ctx.reject(row["id"], "invalid_answer", answer.detail)
-            continue
-        choice = parse_choice(answer.value, string.ascii_uppercase[: len(row["options"])])
-        ctx.stats["no_choice"] += choice is None
-        ctx.write("probe", [{**row, "choice": choice, "correct": choice == row["gold_letter"], "raw": answer.raw}])
+        with ctx.item(row["id"], counted=False):  # counted when read
+            if not answer.ok:
+                raise Reject("invalid_answer", answer.detail)
+            choice = parse_choice(answer.value, string.ascii_uppercase[: len(row["options"])])
+            ctx.stats["no_choice"] += choice is None
+            ctx.write("probe", [{**row, "choice": choice, "correct": choice == row["gold_letter"], "raw": answer.raw}])
 
 
 STAGE = Stage(
     name="probe_source_identification",
     version=VERSION,
     doc=__doc__,
-    inputs={"responses": Input("eval_responses of the same model")},
+    inputs={"responses": Input("eval_responses of the same model", table="eval_responses")},
     outputs={"probe": Output("eval_probe", "one row per single-source explanation question")},
     params={
         "model": Param(str, help="the candidate's name"),

@@ -208,11 +208,11 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "responses": Input("eval_responses, one file per model (its .report.json gives generation counts)", many=True),
-        "scores": Input("eval_scores, one file per model", many=True),
-        "summary": Input("eval_summary, one file per model", many=True),
-        "probe": Input("eval_probe, one file per model", many=True),
-        **{name: Input(f"eval_{name}, one file per model (stored in the DuckDB file)", many=True, optional=True) for name in DETAIL},
+        "responses": Input("eval_responses, one file per model (its .report.json gives generation counts)", many=True, table="eval_responses"),
+        "scores": Input("eval_scores, one file per model", many=True, table="eval_scores"),
+        "summary": Input("eval_summary, one file per model", many=True, table="eval_summary"),
+        "probe": Input("eval_probe, one file per model", many=True, table="eval_probe"),
+        **{name: Input(f"eval_{name}, one file per model (stored in the DuckDB file)", many=True, optional=True, table=f"eval_{name}") for name in DETAIL},
     },
     outputs={
         "report": Output(None, "markdown report"),

@@ -39,7 +39,7 @@ from __future__ import annotations
 import collections
 from statistics import mean
 
-from stages.core.stage import Input, Output, Stage
+from stages.core.stage import Input, Output, Reject, Stage
 
 VERSION = "1"
 
@@ -177,15 +177,14 @@ def run(ctx):
         ctx.stats[f"answer_judgements_{a['status']}"] += 1
     scores = []
     for response in responses:
-        ctx.add_input()
-        if response["id"] not in parsed:
-            ctx.reject(response["id"], "not_parsed", "split_citations has no row for this response")
-            continue
-        row = score_response(response, parsed[response["id"]], sentences[response["id"]], judgements[response["id"]], answers.get(response["id"]))
-        ctx.stats["missing_citation_judgements"] += row["missing_judgements"]
-        ctx.stats["responses_missing_citation_scores"] += row["citation_f1"] is None
-        ctx.stats["responses_missing_accuracy"] += row["accuracy_missing"]
-        scores.append(row)
+        with ctx.item(response["id"]):
+            if response["id"] not in parsed:
+                raise Reject("not_parsed", "split_citations has no row for this response")
+            row = score_response(response, parsed[response["id"]], sentences[response["id"]], judgements[response["id"]], answers.get(response["id"]))
+            ctx.stats["missing_citation_judgements"] += row["missing_judgements"]
+            ctx.stats["responses_missing_citation_scores"] += row["citation_f1"] is None
+            ctx.stats["responses_missing_accuracy"] += row["accuracy_missing"]
+            scores.append(row)
     ctx.write("scores", scores)
     models = sorted({r["model"] for r in responses})
     for model in models:
@@ -197,11 +196,11 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "responses": Input("eval_responses of one model"),
-        "citations": Input("eval_citations from split_citations"),
-        "sentences": Input("eval_sentences from split_citations"),
-        "citation_judgements": Input("eval_citation_judgements from judge_citations"),
-        "answer_judgements": Input("eval_answer_judgements from judge_answers"),
+        "responses": Input("eval_responses of one model", table="eval_responses"),
+        "citations": Input("eval_citations from split_citations", table="eval_citations"),
+        "sentences": Input("eval_sentences from split_citations", table="eval_sentences"),
+        "citation_judgements": Input("eval_citation_judgements from judge_citations", table="eval_citation_judgements"),
+        "answer_judgements": Input("eval_answer_judgements from judge_answers", table="eval_answer_judgements"),
     },
     outputs={
         "scores": Output("eval_scores", "one row per response"),

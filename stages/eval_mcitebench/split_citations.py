@@ -114,7 +114,7 @@ STAGE = Stage(
     name="split_citations",
     version=VERSION,
     doc=__doc__,
-    inputs={"responses": Input("eval_responses from generate_answers")},
+    inputs={"responses": Input("eval_responses from generate_answers", table="eval_responses")},
     outputs={
         "citations": Output("eval_citations", "one row per response"),
         "sentences": Output("eval_sentences", "one row per sentence", counted=False),

@@ -26,19 +26,21 @@ from tqdm import tqdm
 
 from stages.core.fetch import Fetcher, FetchError, FetchSettings
 from stages.core.ids import content_id
-from stages.core.images import ImageRejected, ImageStore, normalize_image
-from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.images import ImageStore, normalize_image
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "1"
 
 
-def _fetch_one(fetcher: Fetcher, store: ImageStore, url: str, accept: tuple[str, ...], max_pixels: int) -> dict | tuple[str, str]:
-    """The stored image's columns, or (reason, detail)."""
+def _fetch_one(fetcher: Fetcher, store: ImageStore, url: str, accept: tuple[str, ...], max_pixels: int) -> dict | Reject:
+    """The stored image's columns, or the Reject every row naming this url gets."""
     try:
         fetched = fetcher.fetch(url, accept=accept)
         image = normalize_image(fetched.body, max_pixels)
-    except (FetchError, ImageRejected) as err:
-        return err.reason, err.detail
+    except FetchError as err:  # the fetch layer's reason codes are the reject reasons
+        return Reject(err.reason, err.detail)
+    except Reject as rejected:
+        return rejected
     sha = store.put(image.data, image.ext)
     return {
         "id": f"img:{sha}",
@@ -56,9 +58,6 @@ def _pairs(ctx) -> list[tuple[str, str, int, object]]:
     """(owner, query, position, url) for every url of every input row."""
     p = ctx.params
     table = ctx.read("owners")
-    for column in filter(None, (p["owner_column"], p["url_column"], p["query_column"])):
-        if column not in table.column_names:
-            raise StageError(f"input owners has no column {column!r} (columns: {table.column_names})")
     owners = table.column(p["owner_column"]).to_pylist()
     urls = table.column(p["url_column"]).to_pylist()
     queries = table.column(p["query_column"]).to_pylist() if p["query_column"] else owners
@@ -81,11 +80,10 @@ def run(ctx) -> None:
         raise StageError("fetch mode is 'record' but param record_warc (the WARC file to write) is empty")
     store = ImageStore(p["store"])
     pairs = _pairs(ctx)
-    ctx.add_input(len(pairs))
 
     wanted = sorted({url for _, _, _, url in pairs if isinstance(url, str) and url.startswith(("http://", "https://"))})
     ctx.stats["unique_urls"] = len(wanted)
-    results: dict[str, dict | tuple[str, str]] = {}
+    results: dict[str, dict | Reject] = {}
     try:
         fetcher = Fetcher(settings, record_to=p["record_warc"] or None)
     except ValueError as err:
@@ -103,15 +101,14 @@ def run(ctx) -> None:
         ref_id = content_id("imgref", owner, url)
         where = f"owner={owner} position={position} url={url}"
         result = results.get(url) if isinstance(url, str) else None
-        if ref_id in seen:  # whatever became of the first listing, kept or rejected
-            ctx.reject(ref_id, "duplicate_url", f"{where}: already listed earlier by this owner")
-            continue
-        seen.add(ref_id)
-        if result is None:
-            ctx.reject(ref_id, "bad_url", f"{where}: not an http(s) url")
-        elif isinstance(result, tuple):
-            ctx.reject(ref_id, result[0], f"{where}: {result[1]}")
-        else:
+        with ctx.item(ref_id):
+            if ref_id in seen:  # whatever became of the first listing, kept or rejected
+                raise Reject("duplicate_url", f"{where}: already listed earlier by this owner")
+            seen.add(ref_id)
+            if result is None:
+                raise Reject("bad_url", f"{where}: not an http(s) url")
+            if isinstance(result, Reject):
+                raise Reject(result.reason, f"{where}: {result.detail}")
             writer.write({"ref_id": ref_id, "owner_id": owner, "query_id": query, "position": position, "url": url, **result})
     ctx.stats["images_stored"] = len({r["sha256"] for r in results.values() if isinstance(r, dict)})
     ctx.stats["images_converted"] = sum(1 for r in results.values() if isinstance(r, dict) and r["format"] != r["source_format"])
@@ -122,7 +119,8 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "owners": Input("rows naming image urls (owner id + url or list of urls)", many=True),
+        "owners": Input("rows naming image urls (owner id + url or list of urls)", many=True,
+                        column_params=("owner_column", "url_column", "query_column")),
         "warcs": Input("WARC files replay mode answers from (instead of fetch.replay_warcs)", many=True, optional=True, kind="file"),
     },
     outputs={"images": Output("images_cached", "one row per (owner, url) whose image is in the store")},

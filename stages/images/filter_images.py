@@ -38,7 +38,7 @@ from tqdm import tqdm
 from stages.core.ids import sha256_hex
 from stages.core.images import ImageStore
 from stages.core.release import file_digest
-from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import TableWriter
 
 VERSION = "1"
@@ -97,15 +97,16 @@ class ClipScorer:
             return (image_emb * rows).sum(dim=-1).cpu().tolist()
 
 
-def _load_rgb(store: ImageStore, sha: str) -> Image.Image | tuple[str, str]:
+def _load_rgb(store: ImageStore, sha: str) -> Image.Image | Reject:
+    """The stored image decoded, or the Reject every row showing it gets."""
     path = store.find(sha)
     if path is None:
-        return "image_missing", f"{sha} is not in the store at {store.root}"
+        return Reject("image_missing", f"{sha} is not in the store at {store.root}")
     try:
         with Image.open(path) as im:
             return im.convert("RGB")
     except (OSError, SyntaxError, ValueError) as err:
-        return "broken_image", f"{path}: {type(err).__name__}: {err}"
+        return Reject("broken_image", f"{path}: {type(err).__name__}: {err}")
 
 
 def run(ctx) -> None:
@@ -113,25 +114,21 @@ def run(ctx) -> None:
     if p["text_key"] not in ("owner_id", "query_id"):
         raise StageError(f"param text_key must be owner_id or query_id, got {p['text_key']!r}")
     rows = ctx.read_rows("images")
-    ctx.add_input(len(rows))
     texts_table = ctx.read("texts")
-    for column in (p["text_id_column"], p["text_column"]):
-        if column not in texts_table.column_names:
-            raise StageError(f"input texts has no column {column!r} (columns: {texts_table.column_names})")
     texts = dict(zip(texts_table.column(p["text_id_column"]).to_pylist(), texts_table.column(p["text_column"]).to_pylist()))
 
     sized = []
     for row in rows:
         pixels, where = row["width"] * row["height"], f"{row['id']} {row['width']}x{row['height']} {row['bytes']} bytes"
-        if pixels <= p["min_pixels"]:
-            ctx.reject(row["ref_id"], "too_few_pixels", f"{where}: {pixels} <= {p['min_pixels']} pixels")
-        elif pixels >= p["max_pixels"]:
-            ctx.reject(row["ref_id"], "too_many_pixels", f"{where}: {pixels} >= {p['max_pixels']} pixels")
-        elif row["bytes"] < p["min_bytes"]:
-            ctx.reject(row["ref_id"], "small_file", f"{where}: < {p['min_bytes']} bytes")
-        elif texts.get(row[p["text_key"]]) is None:
-            ctx.reject(row["ref_id"], "no_text", f"{row['id']}: no {p['text_column']} for {p['text_key']}={row[p['text_key']]}")
-        else:
+        with ctx.item(row["ref_id"]):
+            if pixels <= p["min_pixels"]:
+                raise Reject("too_few_pixels", f"{where}: {pixels} <= {p['min_pixels']} pixels")
+            if pixels >= p["max_pixels"]:
+                raise Reject("too_many_pixels", f"{where}: {pixels} >= {p['max_pixels']} pixels")
+            if row["bytes"] < p["min_bytes"]:
+                raise Reject("small_file", f"{where}: < {p['min_bytes']} bytes")
+            if texts.get(row[p["text_key"]]) is None:
+                raise Reject("no_text", f"{row['id']}: no {p['text_column']} for {p['text_key']}={row[p['text_key']]}")
             sized.append(row)
 
     if not p["clip_model"]:
@@ -153,7 +150,7 @@ def _clip_filter(ctx, rows: list[dict], texts: dict) -> list[dict]:
     keys = [(row["sha256"], sha256_hex(texts[row[p["text_key"]]].encode("utf-8"))) for row in rows]
     todo = sorted({k for k in keys if k not in cache.scores})
     ctx.stats["clip_cache_hits"] = sum(1 for k in keys if k in cache.scores)
-    failed: dict[str, tuple[str, str]] = {}
+    failed: dict[str, Reject] = {}
     if todo:
         text_of = {sha256_hex(t.encode("utf-8")): t for t in texts.values() if t is not None}
         scorer = ClipScorer(p["clip_model"], weights, p["device"])
@@ -162,7 +159,7 @@ def _clip_filter(ctx, rows: list[dict], texts: dict) -> list[dict]:
             batch, images = [], []
             for key in todo[start : start + p["batch_size"]]:
                 image = _load_rgb(store, key[0])
-                if isinstance(image, tuple):
+                if isinstance(image, Reject):
                     failed[key[0]] = image
                 else:
                     batch.append(key)
@@ -175,13 +172,12 @@ def _clip_filter(ctx, rows: list[dict], texts: dict) -> list[dict]:
         cache.save()
     kept = []
     for row, key in zip(rows, keys):
-        if key[0] in failed:
-            ctx.reject(row["ref_id"], *failed[key[0]])
-            continue
-        score = cache.scores[key]
-        if score < p["clip_threshold"]:
-            ctx.reject(row["ref_id"], "low_clip_score", f"{row['id']}: clip_score {score:.4f} < {p['clip_threshold']}")
-        else:
+        with ctx.item(row["ref_id"], counted=False):  # counted by the size checks
+            if key[0] in failed:
+                raise failed[key[0]]
+            score = cache.scores[key]
+            if score < p["clip_threshold"]:
+                raise Reject("low_clip_score", f"{row['id']}: clip_score {score:.4f} < {p['clip_threshold']}")
             kept.append({**row, "clip_score": score})
     return kept
 
@@ -191,8 +187,9 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "images": Input("images_cached rows", many=True),
-        "texts": Input("rows with the text each image is compared with (question, query)", many=True),
+        "images": Input("images_cached rows", many=True, table="images_cached"),
+        "texts": Input("rows with the text each image is compared with (question, query)", many=True,
+                       column_params=("text_id_column", "text_column")),
     },
     outputs={"images": Output("images_filtered", "images that pass the size and CLIP thresholds, with clip_score")},
     params={

@@ -39,7 +39,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from stages.core.images import ImageStore
-from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "1"
 SCOPES = {"owner": "owner_id", "query": "query_id", "global": None}
@@ -165,16 +165,16 @@ def union_find(n: int, pairs: np.ndarray) -> np.ndarray:
 
 
 # -- the stage -------------------------------------------------------------------------------------
-def phash_of(store: ImageStore, sha256: str) -> tuple[int | None, str, str]:
-    """(hash, reason, detail): the 64-bit pHash, or None with why."""
+def phash_of(store: ImageStore, sha256: str) -> int | Reject:
+    """The 64-bit pHash of a stored image, or the Reject every row showing it gets."""
     path = store.find(sha256)
     if path is None:
-        return None, "image_missing", f"{sha256} is not in the store at {store.root}"
+        return Reject("image_missing", f"{sha256} is not in the store at {store.root}")
     try:
         with Image.open(path) as im:
-            return int(str(imagehash.phash(im)), 16), "", ""
+            return int(str(imagehash.phash(im)), 16)
     except (OSError, SyntaxError, ValueError) as err:
-        return None, "broken_image", f"{path}: {type(err).__name__}: {err}"
+        return Reject("broken_image", f"{path}: {type(err).__name__}: {err}")
 
 
 def _rank_key(row: dict, score_column: str) -> tuple:
@@ -189,27 +189,22 @@ def run(ctx) -> None:
     if not 0 <= p["radius"] <= 64:
         raise StageError(f"param radius must be within 0..64, got {p['radius']}")
     table = ctx.read("images")
-    needed = ["id", "ref_id", "owner_id", "query_id", "sha256", "width", "height", "bytes"]
-    missing = [c for c in needed if c not in table.column_names]
-    if missing:
-        raise StageError(f"input images lacks columns {missing} (is it an images_cached/images_filtered table?)")
     if p["score_column"] not in table.column_names:
         table = table.append_column(p["score_column"], pa.nulls(table.num_rows, pa.float64()))
     rows = table.to_pylist()
-    ctx.add_input(len(rows))
 
     store = ImageStore(p["store"])
     shas = sorted({r["sha256"] for r in rows})
     with concurrent.futures.ThreadPoolExecutor(max_workers=p["workers"]) as pool:
         hashed = dict(zip(shas, tqdm(pool.map(lambda s: phash_of(store, s), shas), total=len(shas), desc="phash", unit="img")))
-    ctx.stats["images_hashed"] = sum(1 for h, _, _ in hashed.values() if h is not None)
+    ctx.stats["images_hashed"] = sum(1 for h in hashed.values() if not isinstance(h, Reject))
 
     live = []
     for row in rows:
-        value, reason, detail = hashed[row["sha256"]]
-        if value is None:
-            ctx.reject(row["ref_id"], reason, f"{row['id']}: {detail}")
-        else:
+        value = hashed[row["sha256"]]
+        with ctx.item(row["ref_id"]):
+            if isinstance(value, Reject):
+                raise Reject(value.reason, f"{row['id']}: {value.detail}")
             row["phash"] = f"{value:016x}"
             live.append(row)
     hashes = np.array([int(r["phash"], 16) for r in live], dtype=np.uint64)
@@ -237,7 +232,8 @@ def run(ctx) -> None:
         for i in members:
             if i != best:
                 distance = int(np.bitwise_count(hashes[i] ^ hashes[best]))
-                ctx.reject(live[i]["ref_id"], "near_duplicate", f"{live[i]['id']} ~ kept {live[best]['ref_id']} ({live[best]['id']}), hamming {distance}")
+                with ctx.item(live[i]["ref_id"], counted=False):  # counted when hashed
+                    raise Reject("near_duplicate", f"{live[i]['id']} ~ kept {live[best]['ref_id']} ({live[best]['id']}), hamming {distance}")
     ctx.stats["clusters_with_duplicates"] = sum(1 for c in clusters.values() if len(c) > 1)
 
     columns = [f.name for f in ctx.writer("images").schema]
@@ -253,7 +249,7 @@ STAGE = Stage(
     name="phash_dedup",
     version=VERSION,
     doc=__doc__,
-    inputs={"images": Input("images_filtered (or images_cached) rows", many=True)},
+    inputs={"images": Input("images_filtered (or images_cached) rows", many=True, table="images_cached")},
     outputs={"images": Output("images_deduped", "one representative per near-duplicate cluster")},
     params={
         "radius": Param(int, 6, "near-duplicates differ in at most this many of the 64 pHash bits", min=0, max=64),

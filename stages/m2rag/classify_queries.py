@@ -14,7 +14,7 @@ Invariant: rows in = rows out + rejected. Params: llm (the config `llm:` section
 from __future__ import annotations
 
 from stages.core.llm import LLMClient, LLMRequest
-from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "1"
 PROMPT = "m2rag_query_classify"
@@ -33,29 +33,27 @@ def run(ctx):
     names = check_categories(ctx.params["categories"])
     categories = [{"description": "", **c} for c in ctx.params["categories"]]
     queries = ctx.read_rows("filtered_queries")
-    ctx.add_input(len(queries))
     with LLMClient.from_params(ctx.params["llm"], stats=ctx.stats) as client:
         requests = [LLMRequest(q["id"], PROMPT, {"question": q["question"], "categories": categories}) for q in queries]
         answers = client.run(requests, desc="classify")
     for query, answer in zip(queries, answers):
-        if not answer.ok:
-            ctx.reject(query["id"], "invalid_answer", f"{PROMPT}: {answer.detail}")
-            continue
-        unknown = [c for c in answer.value["categories"] if c not in names]
-        if unknown:
-            ctx.reject(query["id"], "invalid_answer", f"{PROMPT}: categories {unknown} are not in the category list | raw: {answer.raw}")
-            continue
-        ids = sorted(answer.value["categories"])
-        ctx.writer("classified_queries").write(
-            {**query, "categories": ids, "category_names": [names[c] for c in ids], "category_analysis": answer.value["analysis"]}
-        )
+        with ctx.item(query["id"]):
+            if not answer.ok:
+                raise Reject("invalid_answer", f"{PROMPT}: {answer.detail}")
+            unknown = [c for c in answer.value["categories"] if c not in names]
+            if unknown:
+                raise Reject("invalid_answer", f"{PROMPT}: categories {unknown} are not in the category list | raw: {answer.raw}")
+            ids = sorted(answer.value["categories"])
+            ctx.writer("classified_queries").write(
+                {**query, "categories": ids, "category_names": [names[c] for c in ids], "category_analysis": answer.value["analysis"]}
+            )
 
 
 STAGE = Stage(
     name="classify_queries",
     version=VERSION,
     doc=__doc__,
-    inputs={"filtered_queries": Input("m2rag_filtered_queries (one shard)")},
+    inputs={"filtered_queries": Input("m2rag_filtered_queries (one shard)", table="m2rag_filtered_queries")},
     outputs={"classified_queries": Output("m2rag_classified_queries", "queries with their topic categories")},
     params={
         "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...), per-stage overrides merged in", schema="llm"),

@@ -18,7 +18,7 @@ Invariant: rows in = rows out + rejected. Params: llm (the config `llm:` section
 from __future__ import annotations
 
 from stages.core.llm import LLMClient, LLMRequest
-from stages.core.stage import Input, Output, Param, Stage
+from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "1"
 CLEAR_PROMPT = "m2rag_query_clear"
@@ -27,25 +27,24 @@ IMAGES_PROMPT = "m2rag_query_images"
 
 def run(ctx):
     queries = ctx.read_rows("queries")
-    ctx.add_input(len(queries))
     apply = ctx.params["apply"]
     with LLMClient.from_params(ctx.params["llm"], stats=ctx.stats) as client:
         clear = client.run([LLMRequest(q["id"], CLEAR_PROMPT, {"text": q["question"]}) for q in queries], desc="clear question")
         step2 = []
         for query, answer in zip(queries, clear):
-            if not answer.ok:
-                ctx.reject(query["id"], "invalid_answer", f"{CLEAR_PROMPT}: {answer.detail}")
-            elif apply and answer.value["label"] == 0:
-                ctx.reject(query["id"], "not_clear", answer.value["analysis"])
-            else:
+            with ctx.item(query["id"]):
+                if not answer.ok:
+                    raise Reject("invalid_answer", f"{CLEAR_PROMPT}: {answer.detail}")
+                if apply and answer.value["label"] == 0:
+                    raise Reject("not_clear", answer.value["analysis"])
                 step2.append({**query, "clear": answer.value["label"], "clear_analysis": answer.value["analysis"]})
         images = client.run([LLMRequest(q["id"], IMAGES_PROMPT, {"question": q["question"]}) for q in step2], desc="needs images")
     for query, answer in zip(step2, images):
-        if not answer.ok:
-            ctx.reject(query["id"], "invalid_answer", f"{IMAGES_PROMPT}: {answer.detail}")
-        elif apply and answer.value["label"] == 0:
-            ctx.reject(query["id"], "no_images_needed", answer.value["analysis"])
-        else:
+        with ctx.item(query["id"], counted=False):  # counted in step 1
+            if not answer.ok:
+                raise Reject("invalid_answer", f"{IMAGES_PROMPT}: {answer.detail}")
+            if apply and answer.value["label"] == 0:
+                raise Reject("no_images_needed", answer.value["analysis"])
             ctx.writer("filtered_queries").write(
                 {**query, "needs_images": answer.value["label"], "images_analysis": answer.value["analysis"]}
             )
@@ -55,7 +54,7 @@ STAGE = Stage(
     name="filter_queries",
     version=VERSION,
     doc=__doc__,
-    inputs={"queries": Input("m2rag_queries (one shard)")},
+    inputs={"queries": Input("m2rag_queries (one shard)", table="m2rag_queries")},
     outputs={"filtered_queries": Output("m2rag_filtered_queries", "queries kept, with both judgements and analyses")},
     params={
         "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...), per-stage overrides merged in", schema="llm"),

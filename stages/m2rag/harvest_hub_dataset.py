@@ -1,25 +1,34 @@
 """Harvest user queries from an ELI5-style dataset (M2RAG §4.1 and App. A: "the queries are sourced
 from the ELI5 dataset").
 
-`datasets.load_dataset(path, name, split=..., data_files=...)`: on real runs `path` is a Hub
-dataset id; offline (the demo) `path` is a builder such as `json` and the files arrive as the
-`data_files` input. `fields` maps the dataset's columns (dotted paths reach into nested columns,
-e.g. `answers.text`) onto the `m2rag_queries` columns id, question, body, subreddit, answers.
+On real runs `path` is a Hub dataset id read by `datasets.load_dataset(path, name, split=...)`.
+Offline (the demo) `path` is `json` and the JSONL files arrive as the `data_files` input; the stage
+reads them line by line itself, so one broken line is one reject, not a failed load of the whole
+file (other builders, csv or parquet, still go through `datasets`). `fields` maps the dataset's
+columns (dotted paths reach into nested columns, e.g. `answers.text`) onto the `m2rag_queries`
+columns id, question, body, subreddit, answers; a field no row has is a config error.
 
 Output: `queries` (m2rag_queries), one shard per `--output queries=...` path, by a stable hash of
-the id. Rejects: `missing_id` (no id; the reject names the row number), `empty_question` (no
-question text), `duplicate_id` (an id seen before; the first row wins). Invariant: rows read (after `limit`) = rows written + rejected.
+the id. Rejects (a row without a usable id is named `<id_prefix>:#<row number>`): `bad_json` (a
+line that is not JSON or not UTF-8), `bad_record` (a line that is not a JSON object), `wrong_type`
+(a mapped field of the wrong type: an id that is not a string or integer, a question that is not a
+string, answers that are not strings), `missing_id` (no id), `empty_question` (no question text),
+`duplicate_id` (an id seen before; the first row wins). Invariant: rows read (after `limit`) =
+rows written + rejected.
 
 Params: path, name, split, revision, fields, id_prefix, limit, cache_dir.
 """
 from __future__ import annotations
 
-from typing import Any
+import itertools
+import json
+from pathlib import Path
+from typing import Any, Iterator
 
 from tqdm import tqdm
 
 from stages.core.ids import shard_of
-from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "1"
 TARGETS = ("id", "question", "body", "subreddit", "answers")
@@ -32,26 +41,56 @@ def lookup(row: dict, dotted: str) -> Any:
     return value
 
 
-def as_text_list(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return [str(v) for v in value if v is not None]
+def text_of(row: dict, fields: dict, target: str) -> str:
+    value = lookup(row, fields[target]) if target in fields else None
+    if value is not None and not isinstance(value, str):
+        raise Reject("wrong_type", f"field {fields[target]!r} is a {type(value).__name__}, not a string: {str(value)[:80]!r}")
+    return value or ""
 
 
-def load(ctx):
-    import datasets  # heavy import, only when the stage runs
+def answers_of(row: dict, fields: dict) -> list[str]:
+    value = lookup(row, fields["answers"]) if "answers" in fields else None
+    texts = [value] if isinstance(value, str) else [] if value is None else value
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts if t is not None):
+        raise Reject("wrong_type", f"field {fields['answers']!r} must be strings, got {str(value)[:80]!r}")
+    return [t for t in texts if t is not None]
+
+
+def jsonl_rows(paths: list[str]) -> Iterator[dict | Reject]:
+    """Each non-blank line of local JSONL files: the object, or the Reject it earns."""
+    for path in paths:
+        with open(path, "rb") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+                    yield Reject("bad_json", f"{path}:{n}: {err}")
+                    continue
+                yield row if isinstance(row, dict) else Reject("bad_record", f"{path}:{n}: a JSON {type(row).__name__}, not an object")
+
+
+def hub_rows(ctx) -> Iterator[dict]:
+    import datasets  # heavy import, only when the stage needs it
 
     params = ctx.params
     data_files = ctx.input_paths("data_files") or None
     try:
-        return datasets.load_dataset(
+        dataset = datasets.load_dataset(
             params["path"], params["name"], split=params["split"], data_files=data_files,
             revision=params["revision"], cache_dir=params["cache_dir"],
         )
     except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as err:
         raise StageError(f"cannot load dataset {params['path']!r} (split {params['split']!r}, files {data_files}): {err}") from None
+    check_fields(ctx.params["fields"], set(dataset.column_names))
+    return iter(dataset)
+
+
+def check_fields(fields: dict, columns: set[str]) -> None:
+    absent = {t: f for t, f in fields.items() if f.split(".")[0] not in columns}
+    if absent:
+        raise StageError(f"fields {absent} name columns the dataset lacks; it has {sorted(columns)}")
 
 
 def run(ctx):
@@ -60,41 +99,37 @@ def run(ctx):
     unknown = sorted(set(fields) - set(TARGETS))
     if missing or unknown:
         raise StageError(f"param fields must map id and question (missing {missing}); allowed targets {TARGETS}, unknown {unknown}")
-    dataset = load(ctx)
-    columns = set(dataset.column_names)
-    absent = {t: f for t, f in fields.items() if f.split(".")[0] not in columns}
-    if absent:
-        raise StageError(f"fields {absent} name columns the dataset lacks; it has {sorted(columns)}")
-    if ctx.params["limit"] is not None:
-        dataset = dataset.select(range(min(ctx.params["limit"], len(dataset))))
+    local = ctx.params["path"] == "json" and ctx.has_input("data_files")
+    rows = jsonl_rows(ctx.input_paths("data_files")) if local else hub_rows(ctx)
+    rows = itertools.islice(rows, ctx.params["limit"])
     source = f"{ctx.params['path']}:{ctx.params['split']}"
     shards = len(ctx.output_paths("queries"))
     seen: set[str] = set()
-    for number, row in enumerate(tqdm(dataset, desc="queries", unit="row")):
-        ctx.add_input()
-        raw_id = lookup(row, fields["id"])
-        if raw_id is None or not str(raw_id).strip():
-            ctx.reject(f"{ctx.params['id_prefix']}:#{number}", "missing_id", f"field {fields['id']!r} is empty in row {number}")
-            continue
-        query_id = f"{ctx.params['id_prefix']}:{raw_id}"
-        question = (lookup(row, fields["question"]) or "").strip()
-        if not question:
-            ctx.reject(query_id, "empty_question", f"field {fields['question']!r} is empty")
-            continue
-        if query_id in seen:
-            ctx.reject(query_id, "duplicate_id", f"{fields['id']!r} repeats; the first row was kept")
-            continue
-        seen.add(query_id)
-        ctx.writer("queries", shard_of(query_id, shards)).write(
-            {
-                "id": query_id,
-                "question": question,
-                "body": (lookup(row, fields["body"]) or "") if "body" in fields else "",
-                "subreddit": (lookup(row, fields["subreddit"]) or "") if "subreddit" in fields else "",
-                "answers": as_text_list(lookup(row, fields["answers"])) if "answers" in fields else [],
-                "source": source,
-            }
-        )
+    columns: set[str] = set()  # the top-level keys the JSONL rows have, for the fields check
+    for number, row in enumerate(tqdm(rows, desc="queries", unit="row")):
+        raw_id = lookup(row, fields["id"]) if isinstance(row, dict) else None
+        wrong_id = raw_id is not None and (isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)))
+        usable = not wrong_id and raw_id is not None and str(raw_id).strip()
+        query_id = f"{ctx.params['id_prefix']}:{raw_id if usable else f'#{number}'}"
+        with ctx.item(query_id):
+            if isinstance(row, Reject):
+                raise row
+            columns.update(row)
+            if wrong_id:
+                raise Reject("wrong_type", f"field {fields['id']!r} is a {type(raw_id).__name__}: {str(raw_id)[:80]!r}")
+            if not usable:
+                raise Reject("missing_id", f"field {fields['id']!r} is empty in row {number}")
+            question = text_of(row, fields, "question").strip()
+            if not question:
+                raise Reject("empty_question", f"field {fields['question']!r} is empty")
+            query = {"id": query_id, "question": question, "body": text_of(row, fields, "body"),
+                     "subreddit": text_of(row, fields, "subreddit"), "answers": answers_of(row, fields), "source": source}
+            if query_id in seen:
+                raise Reject("duplicate_id", f"{fields['id']!r} repeats; the first row was kept")
+            seen.add(query_id)
+            ctx.writer("queries", shard_of(query_id, shards)).write(query)
+    if local and columns:
+        check_fields(fields, columns)
 
 
 STAGE = Stage(

@@ -15,9 +15,8 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from stages.core.release import md_table, publish_release, read_rejects, reject_counts
+from stages.core.release import md_table, publish_release, reject_counts
 from stages.core.stage import Input, Output, Param, Stage
-from stages.core.tables import read_tables
 
 VERSION = "1"
 
@@ -73,9 +72,9 @@ def card(name: str, version: str, tables: dict[str, pa.Table]) -> str:
 
 
 def run(ctx):
-    queries = read_tables(ctx.input_paths("queries")).sort_by("id")
+    queries = ctx.read("queries").sort_by("id")
     ctx.add_input(queries.num_rows)
-    tables = build_tables(queries, read_rejects(ctx), ctx.params["categories"])
+    tables = build_tables(queries, ctx.read("rejects"), ctx.params["categories"])
     publish_release(ctx, tables, lambda name, version: card(name, version, tables))
 
 
@@ -84,8 +83,8 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "queries": Input("m2rag_classified_queries shards", many=True),
-        "rejects": Input("rejects sidecars of the family's stages, counted in the card", many=True, optional=True),
+        "queries": Input("m2rag_classified_queries shards", many=True, table="m2rag_classified_queries"),
+        "rejects": Input("rejects sidecars of the family's stages, counted in the card", many=True, optional=True, table="rejects"),
     },
     outputs={"manifest": Output(None, "release manifest JSON: name, version, path, table rows")},
     params={

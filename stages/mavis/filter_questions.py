@@ -19,7 +19,7 @@ import re
 
 import blingfire
 
-from stages.core.stage import Input, Output, Param, Stage
+from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "1"
 
@@ -64,32 +64,31 @@ def run(ctx):
         by_post[comment["post_id"]].append(comment)
     rows = []
     for post in ctx.read_rows("posts"):
-        ctx.add_input()
         failed = failed_title_rules(post["title"], question_words)
         answer = best_answer(by_post.get(post["id"], []), p["min_answer_chars"], p["min_answer_sentences"])
         if answer is None:
             failed.append("no_long_answer")
-        if failed:
-            ctx.reject(post["id"], failed[0], f"failed: {', '.join(failed)}; title: {post['title'][:200]}")
-            continue
-        comment, sentences = answer
-        rows.append(
-            {
-                "id": post["id"],
-                "subreddit": post["subreddit"],
-                "domain": post["domain"],
-                "question": post["title"].strip(),
-                "body": post["selftext"],
-                "image_urls": post["image_urls"],
-                "answer": comment["body"].strip(),
-                "answer_id": comment["id"],
-                "answer_score": comment["score"],
-                "answer_sentences": sentences,
-                "permalink": post["permalink"],
-                "created_utc": post["created_utc"],
-                "score": post["score"],
-            }
-        )
+        with ctx.item(post["id"]):
+            if failed:
+                raise Reject(failed[0], f"failed: {', '.join(failed)}; title: {post['title'][:200]}")
+            comment, sentences = answer
+            rows.append(
+                {
+                    "id": post["id"],
+                    "subreddit": post["subreddit"],
+                    "domain": post["domain"],
+                    "question": post["title"].strip(),
+                    "body": post["selftext"],
+                    "image_urls": post["image_urls"],
+                    "answer": comment["body"].strip(),
+                    "answer_id": comment["id"],
+                    "answer_score": comment["score"],
+                    "answer_sentences": sentences,
+                    "permalink": post["permalink"],
+                    "created_utc": post["created_utc"],
+                    "score": post["score"],
+                }
+            )
     ctx.write("questions", rows)
 
 
@@ -98,8 +97,8 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "posts": Input("reddit_posts shard(s)", many=True),
-        "comments": Input("reddit_comments shard(s) of the same posts", many=True),
+        "posts": Input("reddit_posts shard(s)", many=True, table="reddit_posts"),
+        "comments": Input("reddit_comments shard(s) of the same posts", many=True, table="reddit_comments"),
     },
     outputs={"questions": Output("reddit_questions", "VQA instances: question title, images, best long answer")},
     params={

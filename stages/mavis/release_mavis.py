@@ -13,9 +13,8 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from stages.core.release import md_table, publish_release, read_rejects, reject_counts
+from stages.core.release import md_table, publish_release, reject_counts
 from stages.core.stage import Input, Output, Param, Stage
-from stages.core.tables import read_tables
 
 VERSION = "1"
 
@@ -47,10 +46,10 @@ def card(name: str, version: str, tables: dict[str, pa.Table]) -> str:
 
 
 def run(ctx):
-    questions = read_tables(ctx.input_paths("questions"))
+    questions = ctx.read("questions")
     ctx.add_input(questions.num_rows)
     questions = questions.sort_by("id")
-    tables = {"questions": questions, "reject_counts": reject_counts(read_rejects(ctx))}
+    tables = {"questions": questions, "reject_counts": reject_counts(ctx.read("rejects"))}
     publish_release(ctx, tables, lambda name, version: card(name, version, tables))
 
 
@@ -59,8 +58,8 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "questions": Input("reddit_questions shards", many=True),
-        "rejects": Input("rejects sidecars of the family's stages, counted in the card", many=True, optional=True),
+        "questions": Input("reddit_questions shards", many=True, table="reddit_questions"),
+        "rejects": Input("rejects sidecars of the family's stages, counted in the card", many=True, optional=True, table="rejects"),
     },
     outputs={"manifest": Output(None, "release manifest JSON: name, version, path, table rows")},
     params={

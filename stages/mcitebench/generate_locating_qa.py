@@ -27,7 +27,7 @@ import re
 from stages.core.ids import content_id, seeded_rng
 from stages.core.llm import LLMClient, LLMRequest
 from stages.core.refs import parse_refs
-from stages.core.stage import Input, Output, Param, Stage
+from stages.core.stage import Input, Output, Param, Reject, Stage
 from stages.core.evidence import EVIDENCE_MODALITIES, label_key
 
 VERSION = "1"
@@ -79,7 +79,6 @@ def run(ctx):
             by_paper[e["paper_id"]].append(e)
     chosen = [e for paper in sorted(by_paper) for e in choose(by_paper[paper], p["per_paper"], p["seed"], paper)]
     ctx.stats["candidates"] = sum(len(v) for v in by_paper.values())
-    ctx.add_input(len(chosen))
     requests = [
         LLMRequest(id=e["id"], prompt=PROMPT, variables={"modality": e["modality"], "content": content(e, p["max_content_chars"])},
                    images=[e["image_sha256"]] if p["attach_images"] and e["modality"] != "text" else [])
@@ -89,33 +88,30 @@ def run(ctx):
         answers = client.run(requests, desc="locating QA")
     for e, answer in zip(chosen, answers):
         qid = content_id("mcq", "locating", e["id"])
-        if not answer.ok:
-            ctx.reject(qid, "invalid_answer", answer.detail)
-            continue
-        v = answer.value
-        question, options = v["Question"].strip(), [v[letter].strip() for letter in LETTERS]
-        if v["Refusal"]:
-            ctx.reject(qid, "refused", f"{e['id']}: the generator set Refusal (question: {question})")
-            continue
-        cited = parse_refs(question)
-        if cited:
-            ctx.reject(qid, "question_cites_evidence", f"{', '.join(r.label for r in cited)} in: {question}")
-            continue
-        if len({o.casefold() for o in options}) < len(options):
-            ctx.reject(qid, "duplicate_options", f"options {options}")
-            continue
-        ctx.write("qa", [{
-            "id": qid, "paper_id": e["paper_id"], "question_type": "locating", "question": question,
-            "answer": options[LETTERS.index(v["Gold"])], "references": [], "evidence_element_ids": [e["id"]],
-            "options": options, "gold": v["Gold"], "explanation": v["Explanation"].strip(), "source_id": e["id"],
-        }])
+        with ctx.item(qid):
+            if not answer.ok:
+                raise Reject("invalid_answer", answer.detail)
+            v = answer.value
+            question, options = v["Question"].strip(), [v[letter].strip() for letter in LETTERS]
+            if v["Refusal"]:
+                raise Reject("refused", f"{e['id']}: the generator set Refusal (question: {question})")
+            cited = parse_refs(question)
+            if cited:
+                raise Reject("question_cites_evidence", f"{', '.join(r.label for r in cited)} in: {question}")
+            if len({o.casefold() for o in options}) < len(options):
+                raise Reject("duplicate_options", f"options {options}")
+            ctx.write("qa", [{
+                "id": qid, "paper_id": e["paper_id"], "question_type": "locating", "question": question,
+                "answer": options[LETTERS.index(v["Gold"])], "references": [], "evidence_element_ids": [e["id"]],
+                "options": options, "gold": v["Gold"], "explanation": v["Explanation"].strip(), "source_id": e["id"],
+            }])
 
 
 STAGE = Stage(
     name="generate_locating_qa",
     version=VERSION,
     doc=__doc__,
-    inputs={"elements": Input("parsed paper elements (mcitebench_elements)", many=True)},
+    inputs={"elements": Input("parsed paper elements (mcitebench_elements)", many=True, table="mcitebench_elements")},
     outputs={"qa": Output("mcitebench_qa", "locating multiple-choice QA pairs, one per chosen element")},
     params={
         "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...)", schema="llm"),

@@ -42,7 +42,7 @@ from tqdm import tqdm
 from stages.core.ids import content_id, sha256_hex
 from stages.core.images import pdf_path
 from stages.core.retry import HostRateLimiter, RetriesExhausted, RetryPolicy, with_retries
-from stages.core.stage import Output, Param, Stage, StageError
+from stages.core.stage import Output, Param, Reject, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
 VERSION = "1"
@@ -285,36 +285,32 @@ def run(ctx) -> None:
             client.login(user, password)
         notes = list_submissions(client, p["invitation"], p["page_size"], p["max_papers"])
         for note in tqdm(sorted(notes, key=lambda n: (n.get("number") or 0, n.get("id") or "")), desc="papers", unit="paper"):
-            ctx.add_input()
-            harvest_note(ctx, client, note)
+            with ctx.item(f"openreview:{note.get('forum') or note.get('id')}"):
+                harvest_note(ctx, client, note)
 
 
 def harvest_note(ctx, client: OpenReviewClient, note: dict) -> None:
+    """One submission's rows in every table, or Reject."""
     p = ctx.params
     fields = unwrap(note.get("content"))
     forum = note.get("forum") or note.get("id")
     paper_id = f"openreview:{forum}"
     if not note.get("id") or not forum or not fields.get("title"):
-        ctx.reject(paper_id, "malformed_note", f"submission without id/forum/title: {json.dumps(note)[:500]}")
-        return
+        raise Reject("malformed_note", f"submission without id/forum/title: {json.dumps(note)[:500]}")
     replies = [r for r in (note.get("details") or {}).get("replies") or [] if r.get("id")]
     decision, withdrawn = decision_of(fields, replies)
     if withdrawn and p["drop_withdrawn"]:
-        ctx.reject(paper_id, "withdrawn", str(fields.get("venueid")))
-        return
+        raise Reject("withdrawn", str(fields.get("venueid")))
     pdf_sha = None
     if fields.get("pdf") and p["download_pdfs"]:
         try:
             data = client.get("/pdf", {"id": forum}, max_bytes=p["max_pdf_bytes"])
         except TooLarge as err:
-            ctx.reject(paper_id, "pdf_too_large", str(err))
-            return
+            raise Reject("pdf_too_large", str(err)) from None
         except ApiError as err:
-            ctx.reject(paper_id, "pdf_unavailable", str(err))
-            return
+            raise Reject("pdf_unavailable", str(err)) from None
         if not data.startswith(b"%PDF"):
-            ctx.reject(paper_id, "not_a_pdf", f"/pdf?id={forum} answered {data[:40]!r}")
-            return
+            raise Reject("not_a_pdf", f"/pdf?id={forum} answered {data[:40]!r}")
         pdf_sha = sha256_hex(data)
         target = pdf_path(p["pdf_store"], pdf_sha)
         if not target.exists():

@@ -31,11 +31,9 @@ import collections
 from stages.core.ids import content_id
 from stages.core.evidence import label_key
 from stages.core.refs import Ref, parse_refs, unique_refs
-from stages.core.stage import Input, Output, Param, Stage
+from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "1"
-class Unresolved(Exception):
-    """A reference that cannot become evidence; args are (reason code, detail)."""
 
 
 def modality_of(modalities: list[str]) -> str:
@@ -74,18 +72,18 @@ class PaperIndex:
         return [e for e in candidates if e["line_start"] is not None and e["line_start"] <= last and (e["line_end"] if e["line_end"] is not None else e["line_start"]) >= first]
 
     def resolve(self, ref: Ref) -> list[dict]:
-        """The main-body elements a reference points at; raises Unresolved."""
+        """The main-body elements a reference points at; raises Reject."""
         if ref.kind == "appendix" or ref.lettered:
-            raise Unresolved("appendix_reference", f"{ref.label} is appendix material")
+            raise Reject("appendix_reference", f"{ref.label} is appendix material")
         if ref.kind in ("figure", "table"):
             found = self.by_label.get((ref.kind, ref.number), [])
             element = _main_body(ref, found, f"no {ref.kind} labelled {ref.label}")[0]  # one element per label
             if not element["image_sha256"]:
-                raise Unresolved("evidence_without_image", f"{ref.label} ({element['id']}) has no image crop")
+                raise Reject("evidence_without_image", f"{ref.label} ({element['id']}) has no image crop")
             return [element]
         if ref.kind == "line":
             if not self.has_line_numbers:
-                raise Unresolved("unresolved_reference", f"{ref.label}: the parsed paper has no line numbers")
+                raise Reject("unresolved_reference", f"{ref.label}: the parsed paper has no line numbers")
             return _main_body(ref, self.holding_lines(ref.lines, self.paragraphs), f"no paragraph holds {ref.label}")
         section = [e for e in self.in_section(ref.number) if e["modality"] == "text"]
         if ref.lines and self.has_line_numbers:
@@ -96,28 +94,28 @@ class PaperIndex:
 
 def _main_body(ref: Ref, found: list[dict], missing: str) -> list[dict]:
     if not found:
-        raise Unresolved("unresolved_reference", missing)
+        raise Reject("unresolved_reference", missing)
     kept = [e for e in found if not e["is_appendix"]]
     if not kept:
-        raise Unresolved("appendix_reference", f"{ref.label} resolves to appendix elements only")
+        raise Reject("appendix_reference", f"{ref.label} resolves to appendix elements only")
     return kept
 
 
 def pair(qa: dict, index: PaperIndex) -> list[tuple[str, dict]]:
-    """(evidence key, element) pairs of one question, in reference order; raises Unresolved."""
+    """(evidence key, element) pairs of one question, in reference order; raises Reject."""
     if qa["question_type"] == "locating":
         pairs = []
         for element_id in qa["evidence_element_ids"]:
             element = index.by_id.get(element_id)
             if element is None:
-                raise Unresolved("unresolved_reference", f"element {element_id} is not among the paper's elements")
+                raise Reject("unresolved_reference", f"element {element_id} is not among the paper's elements")
             if element["modality"] in ("figure", "table") and not element["image_sha256"]:
-                raise Unresolved("evidence_without_image", f"{element_id} has no image crop")
+                raise Reject("evidence_without_image", f"{element_id} has no image crop")
             pairs.append((evidence_key(element), element))
         return pairs
     refs = unique_refs(parse_refs(qa["answer"]))
     if not refs:
-        raise Unresolved("no_reference", "the answer has no explicit reference")
+        raise Reject("no_reference", "the answer has no explicit reference")
     pairs, seen = [], set()
     for ref in refs:
         for element in index.resolve(ref):
@@ -135,30 +133,30 @@ def run(ctx):
     empty = PaperIndex([])
     max_evidence = ctx.params["max_evidence"]
     for qa in ctx.read_rows("qa"):
-        ctx.add_input()
-        try:
+        with ctx.item(qa["id"]):
             pairs = pair(qa, indexes.get(qa["paper_id"], empty))
             if not pairs:
-                raise Unresolved("unresolved_reference", "no evidence element")
+                raise Reject("unresolved_reference", f"{qa['paper_id']}: no evidence element")
             if len(pairs) > max_evidence:
-                raise Unresolved("too_much_evidence", f"{len(pairs)} evidence elements > max_evidence {max_evidence}: " + ", ".join(k for k, _ in pairs))
-        except Unresolved as why:
-            ctx.reject(qa["id"], why.args[0], f"{qa['paper_id']}: {why.args[1]}")
-            continue
-        modalities = [element["modality"] for _, element in pairs]
-        ctx.write("evidence", [
-            {"id": content_id("ev", qa["id"], element["id"]), "question_id": qa["id"], "paper_id": qa["paper_id"],
-             "element_id": element["id"], "key": key, "rank": rank, "modality": element["modality"]}
-            for rank, (key, element) in enumerate(pairs)
-        ])
-        ctx.write("questions", [{
-            "id": qa["id"], "paper_id": qa["paper_id"], "question_type": qa["question_type"], "question": qa["question"],
-            "answer": qa["answer"], "options": qa["options"], "gold": qa["gold"], "explanation": qa["explanation"],
-            "source_id": qa["source_id"], "evidence_count": len(pairs), "evidence_modality": modality_of(modalities),
-            "source_type": "single" if len(pairs) == 1 else "multi", "page_idx": pairs[0][1]["page"], "distractor_count": None,
-        }])
-        ctx.stats[f"evidence_{modality_of(modalities)}"] += 1
+                raise Reject("too_much_evidence", f"{len(pairs)} evidence elements > max_evidence {max_evidence}: " + ", ".join(k for k, _ in pairs))
+            write_question(ctx, qa, pairs)
     ctx.stats["evidence_rows"] = ctx.rows_out("evidence")
+
+
+def write_question(ctx, qa: dict, pairs: list[tuple[str, dict]]) -> None:
+    modalities = [element["modality"] for _, element in pairs]
+    ctx.write("evidence", [
+        {"id": content_id("ev", qa["id"], element["id"]), "question_id": qa["id"], "paper_id": qa["paper_id"],
+         "element_id": element["id"], "key": key, "rank": rank, "modality": element["modality"]}
+        for rank, (key, element) in enumerate(pairs)
+    ])
+    ctx.write("questions", [{
+        "id": qa["id"], "paper_id": qa["paper_id"], "question_type": qa["question_type"], "question": qa["question"],
+        "answer": qa["answer"], "options": qa["options"], "gold": qa["gold"], "explanation": qa["explanation"],
+        "source_id": qa["source_id"], "evidence_count": len(pairs), "evidence_modality": modality_of(modalities),
+        "source_type": "single" if len(pairs) == 1 else "multi", "page_idx": pairs[0][1]["page"], "distractor_count": None,
+    }])
+    ctx.stats[f"evidence_{modality_of(modalities)}"] += 1
 
 
 STAGE = Stage(
@@ -166,8 +164,8 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "qa": Input("QA pairs (mcitebench_qa): explanation and locating", many=True),
-        "elements": Input("parsed paper elements (mcitebench_elements)", many=True),
+        "qa": Input("QA pairs (mcitebench_qa): explanation and locating", many=True, table="mcitebench_qa"),
+        "elements": Input("parsed paper elements (mcitebench_elements)", many=True, table="mcitebench_elements"),
     },
     outputs={
         "questions": Output("mcitebench_questions", "questions with their evidence modality and source type"),

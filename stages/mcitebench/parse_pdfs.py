@@ -34,7 +34,10 @@ and marks every heading level 2. So, deterministically, on MinerU's own output:
 
 Input: papers (harvest_openreview). Output: elements, one row per element (fan-out).
 Invariant: papers in = papers parsed (one or more elements) + rejected.
-Rejects: no_pdf, pdf_not_in_store, corrupt_pdf (MinerU cannot open it), needs_ocr_tier (no text
+Every stored PDF is opened with PDFium before MinerU sees it, so a file that cannot be parsed costs
+no MinerU call: not_a_pdf (the store holds other bytes: empty, an HTML error page), encrypted_pdf
+(it needs a password), corrupt_pdf (PDFium, or MinerU, cannot open it).
+Rejects: no_pdf, pdf_not_in_store, not_a_pdf, encrypted_pdf, corrupt_pdf, needs_ocr_tier (no text
 layer: the flash tier, or ocr_mode txt, extracts no text), no_text_found (an OCR tier found no text
 either), mineru_failed (any other MinerU error: the request failed or timed out, an error answer,
 an unreadable zip or middle_json).
@@ -54,11 +57,12 @@ import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
+import pypdfium2
 import requests
 from tqdm import tqdm
 
 from stages.core.images import ImageStore, pdf_path
-from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "1"
 
@@ -120,14 +124,18 @@ def wait_ready(proc: subprocess.Popen, url: str, timeout: float, log_path: Path)
     raise StageError(f"mineru-api did not answer /v1/health within {timeout}s: {log_path.read_text(errors='replace')[-2000:]}")
 
 
-class ParseFailure(Exception):
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
+def check_pdf(pdf: bytes) -> None:
+    """Reject bytes that are no PDF, need a password or do not open (PDFium, as inside MinerU)."""
+    if b"%PDF-" not in pdf[:1024]:  # the header may follow up to 1 KB of junk
+        raise Reject("not_a_pdf", f"{len(pdf)} bytes starting {pdf[:40]!r}")
+    try:
+        pypdfium2.PdfDocument(pdf).close()
+    except pypdfium2.PdfiumError as err:
+        raise Reject("encrypted_pdf" if "password" in str(err).lower() else "corrupt_pdf", str(err)) from None
 
 
 def mineru_parse(url: str, pdf: bytes, name: str, params: dict) -> tuple[dict, dict[str, bytes]]:
-    """middle_json and the crops (zip path -> bytes) of one PDF, or ParseFailure."""
+    """middle_json and the crops (zip path -> bytes) of one PDF; raises Reject."""
     query = {"tier": params["tier"], "ocr_mode": params["ocr_mode"], "output_formats": "zip", "response_format": "zip",
              "wait_timeout": int(params["parse_timeout_s"])}
     if params["page_range"]:
@@ -136,30 +144,30 @@ def mineru_parse(url: str, pdf: bytes, name: str, params: dict) -> tuple[dict, d
         response = requests.post(f"{url}/v1/file_parse", params=query, files={"files": (name, pdf, "application/pdf")},
                                  timeout=params["parse_timeout_s"] + 30)
     except requests.RequestException as err:
-        raise ParseFailure("mineru_failed", f"{type(err).__name__}: {err}") from None
+        raise Reject("mineru_failed", f"{type(err).__name__}: {err}") from None
     if response.headers.get("content-type", "").startswith("application/zip"):
         try:
             with zipfile.ZipFile(io.BytesIO(response.content)) as archive:
                 middle = json.loads(archive.read("middle_json.json"))
                 images = {n: archive.read(n) for n in archive.namelist() if n.startswith("images/")}
         except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError) as err:  # ValueError: bad JSON or encoding
-            raise ParseFailure("mineru_failed", f"unreadable zip answer: {type(err).__name__}: {err}") from None
+            raise Reject("mineru_failed", f"unreadable zip answer: {type(err).__name__}: {err}") from None
         if not isinstance(middle, dict):
-            raise ParseFailure("mineru_failed", f"middle_json.json is a {type(middle).__name__}, not an object")
+            raise Reject("mineru_failed", f"middle_json.json is a {type(middle).__name__}, not an object")
         return middle, images
     try:
         body = response.json()
     except ValueError:
-        raise ParseFailure("mineru_failed", f"HTTP {response.status_code}: {response.text[:500]}") from None
+        raise Reject("mineru_failed", f"HTTP {response.status_code}: {response.text[:500]}") from None
     if not isinstance(body, dict):
-        raise ParseFailure("mineru_failed", f"HTTP {response.status_code}: {response.text[:500]}")
+        raise Reject("mineru_failed", f"HTTP {response.status_code}: {response.text[:500]}")
     errors = [f.get("error") or {} for f in body.get("files") or []] or [body.get("error") or {}]
     message = "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors)
     if body.get("status") not in ("failed", "partial"):
-        raise ParseFailure("mineru_failed", f"HTTP {response.status_code}, task {body.get('status')}: {message}")
+        raise Reject("mineru_failed", f"HTTP {response.status_code}, task {body.get('status')}: {message}")
     if any("Failed to load document" in str(e.get("message")) for e in errors):
-        raise ParseFailure("corrupt_pdf", message)
-    raise ParseFailure("mineru_failed", message)
+        raise Reject("corrupt_pdf", message)
+    raise Reject("mineru_failed", message)
 
 
 # --- reading middle_json ----------------------------------------------------------------------
@@ -382,18 +390,20 @@ def run(ctx) -> None:
     store = ImageStore(p["image_store"])
     todo = []
     for paper in papers:
-        ctx.add_input()
-        if not paper.get("pdf_sha256"):
-            ctx.reject(paper["id"], "no_pdf", "the submission has no PDF")
-        elif not pdf_path(p["pdf_store"], paper["pdf_sha256"]).exists():
-            ctx.reject(paper["id"], "pdf_not_in_store", str(pdf_path(p["pdf_store"], paper["pdf_sha256"])))
-        else:
+        with ctx.item(paper["id"]):
+            if not paper["pdf_sha256"]:
+                raise Reject("no_pdf", "the submission has no PDF")
+            path = pdf_path(p["pdf_store"], paper["pdf_sha256"])
+            if not path.exists():
+                raise Reject("pdf_not_in_store", str(path))
+            check_pdf(path.read_bytes())
             todo.append(paper)
     if not todo:
         return
     with (mineru_server(p["tier"], p["mineru_home"], p["startup_timeout_s"]) if not p["server_url"] else _given(p["server_url"])) as url:
         for paper in tqdm(todo, desc="mineru", unit="pdf"):
-            parse_paper(ctx, url, paper, store)
+            with ctx.item(paper["id"], counted=False):  # counted above
+                parse_paper(ctx, url, paper, store)
 
 
 @contextmanager
@@ -404,17 +414,12 @@ def _given(url: str):
 def parse_paper(ctx, url: str, paper: dict, store: ImageStore) -> None:
     p = ctx.params
     pdf = pdf_path(p["pdf_store"], paper["pdf_sha256"]).read_bytes()
-    try:
-        middle, crops = mineru_parse(url, pdf, f"{paper['pdf_sha256']}.pdf", p)
-    except ParseFailure as failure:
-        ctx.reject(paper["id"], failure.reason, str(failure))
-        return
+    middle, crops = mineru_parse(url, pdf, f"{paper['pdf_sha256']}.pdf", p)
     ctx.stats["pages"] += len(middle.get("pages") or [])
     elements = build_elements(paper["id"], middle, crops, store, ctx.stats)
     if not any(e["modality"] != "figure" for e in elements):
         reason = "needs_ocr_tier" if p["ocr_mode"] == "txt" or p["tier"] == "flash" else "no_text_found"
-        ctx.reject(paper["id"], reason, f"MinerU ({p['tier']}, ocr_mode {p['ocr_mode']}) found no text: the PDF has no text layer")
-        return
+        raise Reject(reason, f"MinerU ({p['tier']}, ocr_mode {p['ocr_mode']}) found no text: the PDF has no text layer")
     ctx.write("elements", elements)
     ctx.stats["papers_parsed"] += 1
     for e in elements:
@@ -432,7 +437,7 @@ STAGE = Stage(
     name="parse_pdfs",
     version=VERSION,
     doc=__doc__,
-    inputs={"papers": Input("harvest_openreview papers (pdf_sha256 names the PDF in the store)")},
+    inputs={"papers": Input("harvest_openreview papers (pdf_sha256 names the PDF in the store)", table="mcitebench_papers")},
     outputs={"elements": Output("mcitebench_elements", "one row per parsed element", counted=False)},
     params={
         "tier": Param(str, "flash", "MinerU tier: flash (CPU, text layer only) | basic | standard | advanced (model files, GPU)", choices=("flash", "basic", "standard", "advanced")),

@@ -24,7 +24,7 @@ import csv
 import io
 
 from stages.core.llm import LLMClient, LLMRequest
-from stages.core.stage import Input, Output, Param, Stage
+from stages.core.stage import Input, Output, Param, Reject, Stage
 from stages.core.tables import atomic_write_bytes
 
 VERSION = "2"  # 2: the judge and the review sheet see the distractors too (§3.5 checks the whole sample)
@@ -56,47 +56,45 @@ def run(ctx):
     for row in ctx.read_rows("distractors"):
         distractors[row["question_id"]].append(row)
     questions = ctx.read_rows("questions")
-    ctx.add_input(len(questions))
     items, requests = [], []
     for q in questions:
-        rows = sorted(evidence[q["id"]], key=lambda r: r["rank"])
-        others = sorted(distractors[q["id"]], key=lambda r: r["rank"])
-        missing = [r["element_id"] for r in rows + others if r["element_id"] not in elements]
-        if missing or not rows:
-            ctx.reject(q["id"], "unknown_evidence", f"evidence elements not in the elements table: {missing or 'none recorded'}")
-            continue
-        shown = [{"key": r["key"], "modality": r["modality"], "content": evidence_text(elements[r["element_id"]], p["max_evidence_chars"])} for r in rows]
-        shown_distractors = [{"key": elements[r["element_id"]]["label"] or f"D{r['rank']}", "modality": r["modality"],
-                              "content": evidence_text(elements[r["element_id"]], p["max_evidence_chars"])} for r in others]
-        images = [elements[r["element_id"]]["image_sha256"] for r in rows if p["attach_images"] and r["modality"] != "text"]
-        answer = q["answer"] if q["question_type"] == "explanation" else f"{q['gold']}. {q['answer']}"
-        items.append((q, shown, shown_distractors))
-        requests.append(LLMRequest(id=q["id"], prompt=PROMPT, images=images, variables={
-            "question_type": q["question_type"], "question": q["question"], "answer": answer, "evidence": shown,
-            "distractors": shown_distractors}))
+        with ctx.item(q["id"]):
+            rows = sorted(evidence[q["id"]], key=lambda r: r["rank"])
+            others = sorted(distractors[q["id"]], key=lambda r: r["rank"])
+            missing = [r["element_id"] for r in rows + others if r["element_id"] not in elements]
+            if missing or not rows:
+                raise Reject("unknown_evidence", f"evidence elements not in the elements table: {missing or 'none recorded'}")
+            shown = [{"key": r["key"], "modality": r["modality"], "content": evidence_text(elements[r["element_id"]], p["max_evidence_chars"])} for r in rows]
+            shown_distractors = [{"key": elements[r["element_id"]]["label"] or f"D{r['rank']}", "modality": r["modality"],
+                                  "content": evidence_text(elements[r["element_id"]], p["max_evidence_chars"])} for r in others]
+            images = [elements[r["element_id"]]["image_sha256"] for r in rows if p["attach_images"] and r["modality"] != "text"]
+            answer = q["answer"] if q["question_type"] == "explanation" else f"{q['gold']}. {q['answer']}"
+            items.append((q, shown, shown_distractors))
+            requests.append(LLMRequest(id=q["id"], prompt=PROMPT, images=images, variables={
+                "question_type": q["question_type"], "question": q["question"], "answer": answer, "evidence": shown,
+                "distractors": shown_distractors}))
     with LLMClient.from_params(p["llm"], stats=ctx.stats) as client:
         answers = client.run(requests, desc="quality control")
     sheet = []
     for (q, shown, shown_distractors), answer in zip(items, answers):
-        if not answer.ok:
-            ctx.write("judgements", [{"question_id": q["id"], **{c: None for c in CRITERIA}, "reason": answer.error, "decision": "reject"}])
-            ctx.reject(q["id"], "invalid_answer", answer.detail)
-            continue
-        scores = {c: answer.value[c] for c in CRITERIA}
-        reason = answer.value["reason"].strip()
-        low = [c for c in CRITERIA if scores[c] < p["min_score"]]
-        ctx.write("judgements", [{"question_id": q["id"], **scores, "reason": reason, "decision": "reject" if low else "keep"}])
-        if low:
-            ctx.reject(q["id"], "low_quality", f"{', '.join(f'{c}={scores[c]}' for c in low)} < {p['min_score']}: {reason}")
-            continue
-        ctx.write("questions", [q])
-        sheet.append({
-            "question_id": q["id"], "question_type": q["question_type"], "paper_id": q["paper_id"], "question": q["question"],
-            "answer": q["answer"], "options": " | ".join(f"{letter}. {option}" for letter, option in zip("ABCD", q["options"])), "gold": q["gold"] or "",
-            "evidence": "\n".join(f"[{s['key']}] ({s['modality']}) {s['content']}" for s in shown),
-            "distractors": "\n".join(f"[{s['key']}] ({s['modality']}) {s['content']}" for s in shown_distractors),
-            **scores, "judge_reason": reason, "decision": "", "note": "",
-        })
+        with ctx.item(q["id"], counted=False):  # counted when read
+            if not answer.ok:
+                ctx.write("judgements", [{"question_id": q["id"], **{c: None for c in CRITERIA}, "reason": answer.error, "decision": "reject"}])
+                raise Reject("invalid_answer", answer.detail)
+            scores = {c: answer.value[c] for c in CRITERIA}
+            reason = answer.value["reason"].strip()
+            low = [c for c in CRITERIA if scores[c] < p["min_score"]]
+            ctx.write("judgements", [{"question_id": q["id"], **scores, "reason": reason, "decision": "reject" if low else "keep"}])
+            if low:
+                raise Reject("low_quality", f"{', '.join(f'{c}={scores[c]}' for c in low)} < {p['min_score']}: {reason}")
+            ctx.write("questions", [q])
+            sheet.append({
+                "question_id": q["id"], "question_type": q["question_type"], "paper_id": q["paper_id"], "question": q["question"],
+                "answer": q["answer"], "options": " | ".join(f"{letter}. {option}" for letter, option in zip("ABCD", q["options"])), "gold": q["gold"] or "",
+                "evidence": "\n".join(f"[{s['key']}] ({s['modality']}) {s['content']}" for s in shown),
+                "distractors": "\n".join(f"[{s['key']}] ({s['modality']}) {s['content']}" for s in shown_distractors),
+                **scores, "judge_reason": reason, "decision": "", "note": "",
+            })
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=SHEET_COLUMNS)
     writer.writeheader()
@@ -110,10 +108,10 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "questions": Input("questions with evidence and distractors (mcitebench_questions)", many=True),
-        "evidence": Input("evidence rows (mcitebench_evidence)", many=True),
-        "distractors": Input("distractor rows (mcitebench_distractors)", many=True),
-        "elements": Input("parsed paper elements (mcitebench_elements)", many=True),
+        "questions": Input("questions with evidence and distractors (mcitebench_questions)", many=True, table="mcitebench_questions"),
+        "evidence": Input("evidence rows (mcitebench_evidence)", many=True, table="mcitebench_evidence"),
+        "distractors": Input("distractor rows (mcitebench_distractors)", many=True, table="mcitebench_distractors"),
+        "elements": Input("parsed paper elements (mcitebench_elements)", many=True, table="mcitebench_elements"),
     },
     outputs={
         "questions": Output("mcitebench_questions", "questions that pass the automatic quality check"),

@@ -39,7 +39,7 @@ from PIL import Image
 from stages.core.ids import sha256_hex
 from stages.core.images import ImageStore, flatten_to_rgb
 from stages.core.release import md_table, publish_release
-from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import table_schema, to_arrow
 from stages.core.evidence import label_key
 
@@ -173,7 +173,6 @@ def record(q: dict, ev: list[dict], dis: list[dict], elements: dict[str, dict], 
 def run(ctx):
     p = ctx.params
     questions = ctx.read_rows("questions")
-    ctx.add_input(len(questions))
     elements = {e["id"]: e for e in ctx.read_rows("elements")}
     by_q: dict[str, dict[str, list[dict]]] = {"evidence": collections.defaultdict(list), "distractors": collections.defaultdict(list)}
     for name in by_q:
@@ -188,26 +187,24 @@ def run(ctx):
     store, images, jpeg = ImageStore(p["image_store"]), {}, {}  # element id -> images row; path -> bytes
     released = []
     for q in questions:
-        decision, note = review.get(q["id"], ("keep", ""))
-        if decision == "reject":
-            ctx.reject(q["id"], "human_rejected", note or "rejected in the review sheet")
-            continue
-        rows = by_q["evidence"][q["id"]] + by_q["distractors"][q["id"]]
-        if not by_q["evidence"][q["id"]] or any(r["element_id"] not in elements for r in rows):
-            ctx.reject(q["id"], "unknown_evidence", "evidence or distractor elements missing from the elements table")
-            continue
-        try:
-            for r in rows:
-                e = elements[r["element_id"]]
-                if e["modality"] != "text" and e["id"] not in images:
-                    data, width, height = to_jpeg(store.read(e["image_sha256"]), p["jpeg_quality"])
-                    path = f"images/{sha256_hex(data)}.jpg"
-                    jpeg[path] = data
-                    images[e["id"]] = {"element_id": e["id"], "image_sha256": e["image_sha256"], "path": path, "width": width, "height": height}
-        except (FileNotFoundError, OSError) as err:
-            ctx.reject(q["id"], "image_missing", str(err))
-            continue
-        released.append(q)
+        with ctx.item(q["id"]):
+            decision, note = review.get(q["id"], ("keep", ""))
+            if decision == "reject":
+                raise Reject("human_rejected", note or "rejected in the review sheet")
+            rows = by_q["evidence"][q["id"]] + by_q["distractors"][q["id"]]
+            if not by_q["evidence"][q["id"]] or any(r["element_id"] not in elements for r in rows):
+                raise Reject("unknown_evidence", "evidence or distractor elements missing from the elements table")
+            try:
+                for r in rows:
+                    e = elements[r["element_id"]]
+                    if e["modality"] != "text" and e["id"] not in images:
+                        data, width, height = to_jpeg(store.read(e["image_sha256"]), p["jpeg_quality"])
+                        path = f"images/{sha256_hex(data)}.jpg"
+                        jpeg[path] = data
+                        images[e["id"]] = {"element_id": e["id"], "image_sha256": e["image_sha256"], "path": path, "width": width, "height": height}
+            except (FileNotFoundError, OSError) as err:
+                raise Reject("image_missing", str(err)) from None
+            released.append(q)
 
     evidence = [r for q in released for r in by_q["evidence"][q["id"]]]
     distractors = [r for q in released for r in by_q["distractors"][q["id"]]]
@@ -238,10 +235,10 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "questions": Input("quality-checked questions (mcitebench_questions)", many=True),
-        "evidence": Input("evidence rows (mcitebench_evidence)", many=True),
-        "distractors": Input("distractor rows (mcitebench_distractors)", many=True),
-        "elements": Input("parsed paper elements (mcitebench_elements)", many=True),
+        "questions": Input("quality-checked questions (mcitebench_questions)", many=True, table="mcitebench_questions"),
+        "evidence": Input("evidence rows (mcitebench_evidence)", many=True, table="mcitebench_evidence"),
+        "distractors": Input("distractor rows (mcitebench_distractors)", many=True, table="mcitebench_distractors"),
+        "elements": Input("parsed paper elements (mcitebench_elements)", many=True, table="mcitebench_elements"),
         "review": Input("filled-in review sheet (CSV: question_id, decision, note)", optional=True, kind="file"),
     },
     outputs={"manifest": Output(None, "release manifest JSON (name, version, path, tables)")},

@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 
 from stages.core.ids import content_id, seeded_rng
-from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.evidence import EVIDENCE_MODALITIES, label_key
 
 VERSION = "1"
@@ -89,28 +89,25 @@ def run(ctx):
     for row in ctx.read_rows("evidence"):
         evidence[row["question_id"]].append(row)
     for q in ctx.read_rows("questions"):
-        ctx.add_input()
-        missing = [row["element_id"] for row in evidence[q["id"]] if row["element_id"] not in by_id]
-        if missing or not evidence[q["id"]]:
-            ctx.reject(q["id"], "unknown_evidence", f"evidence elements not in the elements table: {missing or 'none recorded'}")
-            continue
-        ev = [by_id[row["element_id"]] for row in evidence[q["id"]]]
-        need = p["info_count"] - len(ev)
-        if need < p["min_distractors"]:
-            ctx.reject(q["id"], "too_much_evidence", f"{len(ev)} evidence items leave {need} of {p['info_count']} for distractors (min {p['min_distractors']})")
-            continue
-        picked = sample(q["id"], ev, pools.get(q["paper_id"], []), need, p["seed"])
-        if len(picked) < need:
-            ctx.reject(q["id"], "too_few_elements", f"{q['paper_id']} offers {len(picked)} distractors, {need} needed")
-            continue
-        ctx.write("distractors", [
-            {"id": content_id("dis", q["id"], e["id"]), "question_id": q["id"], "paper_id": q["paper_id"],
-             "element_id": e["id"], "rank": rank, "modality": e["modality"]}
-            for rank, e in enumerate(picked)
-        ])
-        ctx.write("questions", [{**q, "distractor_count": len(picked)}])
-        for e in picked:
-            ctx.stats[f"distractors_{e['modality']}"] += 1
+        with ctx.item(q["id"]):
+            missing = [row["element_id"] for row in evidence[q["id"]] if row["element_id"] not in by_id]
+            if missing or not evidence[q["id"]]:
+                raise Reject("unknown_evidence", f"evidence elements not in the elements table: {missing or 'none recorded'}")
+            ev = [by_id[row["element_id"]] for row in evidence[q["id"]]]
+            need = p["info_count"] - len(ev)
+            if need < p["min_distractors"]:
+                raise Reject("too_much_evidence", f"{len(ev)} evidence items leave {need} of {p['info_count']} for distractors (min {p['min_distractors']})")
+            picked = sample(q["id"], ev, pools.get(q["paper_id"], []), need, p["seed"])
+            if len(picked) < need:
+                raise Reject("too_few_elements", f"{q['paper_id']} offers {len(picked)} distractors, {need} needed")
+            ctx.write("distractors", [
+                {"id": content_id("dis", q["id"], e["id"]), "question_id": q["id"], "paper_id": q["paper_id"],
+                 "element_id": e["id"], "rank": rank, "modality": e["modality"]}
+                for rank, e in enumerate(picked)
+            ])
+            ctx.write("questions", [{**q, "distractor_count": len(picked)}])
+            for e in picked:
+                ctx.stats[f"distractors_{e['modality']}"] += 1
 
 
 STAGE = Stage(
@@ -118,9 +115,9 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "questions": Input("questions with paired evidence (mcitebench_questions)", many=True),
-        "evidence": Input("evidence rows (mcitebench_evidence)", many=True),
-        "elements": Input("parsed paper elements (mcitebench_elements)", many=True),
+        "questions": Input("questions with paired evidence (mcitebench_questions)", many=True, table="mcitebench_questions"),
+        "evidence": Input("evidence rows (mcitebench_evidence)", many=True, table="mcitebench_evidence"),
+        "elements": Input("parsed paper elements (mcitebench_elements)", many=True, table="mcitebench_elements"),
     },
     outputs={
         "questions": Output("mcitebench_questions", "questions that got their distractors"),

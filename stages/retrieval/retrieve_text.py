@@ -90,7 +90,7 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "queries": Input("queries: Parquet or JSON lines with id_column and text_column", many=True),
+        "queries": Input("queries: Parquet or JSON lines with id_column and text_column", many=True, kind="file"),
         "index": Input("the index shards (build_text_index outputs)", many=True, table="retrieval_text_index"),
     },
     outputs={"passages": Output("retrieval_passages", "top passages per query, shards merged", counted=False)},

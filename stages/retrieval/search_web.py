@@ -111,7 +111,7 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={
-        "queries": Input("queries: Parquet or JSON lines with id_column and text_column", many=True),
+        "queries": Input("queries: Parquet or JSON lines with id_column and text_column", many=True, kind="file"),
         "warcs": Input("WARC files replay mode answers from (instead of fetch.replay_warcs)", many=True, optional=True, kind="file"),
     },
     outputs={"results": Output("retrieval_search_results", "ranked results, one row per (query, kind, rank)", counted=False)},
