@@ -23,8 +23,8 @@ from werkzeug import Request, Response
 
 from stages.core.ids import sha256_hex
 from stages.core.images import ImageStore
+from stages.core.mineru import wait_ready
 from stages.core.tables import write_table
-from stages.mcitebench.parse_pdfs import wait_ready
 from tests.conftest import REPO, run_stage
 
 RAW_PDFS = REPO / "data/samples/openreview/raw/pdf"
