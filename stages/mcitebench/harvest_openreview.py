@@ -68,7 +68,10 @@ class OpenReviewClient:
             answer = self.fetcher.post_json(self.base_url + "/login", {"id": user, "password": password})
         except FetchError as err:
             raise StageError(f"OpenReview login as {user!r} failed: {err}") from None
-        token = _json(answer.body).get("token") if answer.status == 200 else None
+        try:
+            token = _json(answer.body).get("token") if answer.status == 200 else None
+        except ValueError:
+            token = None
         if not token:
             raise StageError(f"OpenReview login as {user!r} failed: HTTP {answer.status} {answer.body[:200]!r}")
         self.fetcher.session.headers["Authorization"] = f"Bearer {token}"
