@@ -17,7 +17,7 @@ class Backend:
     name: str
     sees_images: bool  # attached images reach the model; otherwise each is counted llm_images_not_seen
     gpus: int  # GPUs one job on this backend holds (a rule's `resources: gpu`)
-    load: Callable[[], type]  # the backend class: cls(settings, count) with generate(calls) and close()
+    load: Callable[[], type]  # the class: model_id(settings), cls(settings, count), generate(calls), close()
 
 
 def _llamacpp() -> type:

@@ -12,7 +12,7 @@ from .settings import LLMError
 
 
 class VLLMBackend:
-    model_id = OpenAIBackend.model_id
+    model_id = staticmethod(OpenAIBackend.model_id)
 
     def __init__(self, settings: dict, count=None):
         try:
