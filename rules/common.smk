@@ -5,6 +5,7 @@ import shlex
 from pathlib import Path
 
 from stages.core.layout import prompt_sources, stage_module, stage_path, stage_sources
+from stages.core.llm import gpus, llm_settings  # a model stage's `llm` param; the GPUs its backend holds
 
 RUN = config["run"]
 RUNDIR = f"data/runs/{RUN}"
@@ -15,21 +16,6 @@ CATALOG_FILE = f"{RUNDIR}/catalog.duckdb"
 RELEASES = []  # release manifests, appended by each enabled family
 EVALUATIONS = []  # evaluation reports, appended by each family that can be evaluated
 CATALOG_TABLES = []  # stage outputs the catalog exposes, appended by each family
-
-
-def llm_with(overrides=None, **defaults):
-    """The config `llm:` section for one stage: its `overrides` merged in (nested mappings one level
-    deep); `defaults` fill what the llm section leaves unset."""
-    merged = {**defaults, **{k: dict(v) if isinstance(v, dict) else v for k, v in config.get("llm", {}).items()}}
-    for key, value in (overrides or {}).items():
-        merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
-    return merged
-
-
-def gpus(llm_settings):
-    """GPUs a model-calling rule holds: 1 on the vllm backend, so `--resources gpu=N` bounds how
-    many such jobs share a GPU machine; 0 otherwise."""
-    return 1 if (llm_settings or {}).get("backend") == "vllm" else 0
 
 
 def stage_code(name):

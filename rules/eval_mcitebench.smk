@@ -20,14 +20,14 @@ if EV.get("enabled", False):
     _MODELS = EV["models"]
     _M = [f"{i:05d}" for i in range(len(_MODELS))]
     _JUDGE = EV["judge"]
-    _JUDGE_SETTINGS = {"judge": _JUDGE["name"], "llm": llm_with(_JUDGE.get("llm")), "vision": _JUDGE.get("vision")}
+    _JUDGE_SETTINGS = {"judge": _JUDGE["name"], "llm": llm_settings(config.get("llm"), _JUDGE.get("llm")), "vision": _JUDGE.get("vision")}
 
     def _model(w):
         return _MODELS[int(w.m)]
 
     def _candidate(w):
         model = _model(w)
-        return {"model": model["name"], "llm": llm_with(model.get("llm")), "vision": model.get("vision")}
+        return {"model": model["name"], "llm": llm_settings(config.get("llm"), model.get("llm")), "vision": model.get("vision")}
 
     def _ev(stage, table):
         return run_path("eval_mcitebench", stage, table, "{m}")

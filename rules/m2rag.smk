@@ -6,7 +6,7 @@ M2RAG = config.get("m2rag", {})
 
 
 def m2rag_llm(stage):
-    return llm_with(M2RAG.get(stage, {}).get("llm"))
+    return llm_settings(config.get("llm"), M2RAG.get(stage, {}).get("llm"))
 
 
 if M2RAG.get("enabled", False):

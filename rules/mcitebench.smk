@@ -7,7 +7,7 @@ _CROPS = MC.get("parse_pdfs", {}).get("image_store", "data/cache/images")  # whe
 
 def _llm(section):
     """Images resolve in the crop store unless the llm section names another."""
-    return llm_with(section.get("llm"), image_store=_CROPS)
+    return llm_settings(config.get("llm"), section.get("llm"), image_store=_CROPS)
 
 
 def _stage_settings(stage, with_llm=False):

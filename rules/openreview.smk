@@ -6,11 +6,13 @@ OR = config.get("mcitebench", {})
 
 if OR.get("enabled", False):
     _harvest = OR.get("harvest_openreview", {})
-    _raw = Path(_harvest.get("raw_cache", "data/cache/openreview/raw"))
+    # a replay lists its WARC as an input: a new recording reruns the harvest and what follows
+    _replay = {"replay": _harvest["warc"]} if _harvest.get("mode") == "replay" and _harvest.get("warc") else {}
 
     rule harvest_openreview:
         input:
             stage=stage_code("harvest_openreview"),
+            **_replay,
         output:
             papers=run_path("mcitebench", "harvest_openreview", "papers"),
             reviews=run_path("mcitebench", "harvest_openreview", "reviews"),
@@ -20,9 +22,6 @@ if OR.get("enabled", False):
             io=stage_io,
             version=stage_version("harvest_openreview"),
             settings=settings(_harvest),
-            # a replay reruns when the raw cache it answers from changes
-            raw_cache=sorted(f"{p.relative_to(_raw)}:{p.stat().st_size}" for p in _raw.rglob("*") if p.is_file())
-            if _harvest.get("mode") == "replay" and _raw.is_dir() else [],
         log:
             log_path("mcitebench", "harvest_openreview"),
         benchmark:

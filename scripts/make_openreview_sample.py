@@ -1,11 +1,13 @@
-"""Make the MCiteBench demo sources: data/samples/openreview/raw/, a raw OpenReview API v2 cache
-that `harvest_openreview` replays offline (mode: replay).
+"""Make the MCiteBench demo sources: data/samples/openreview/openreview.warc.gz, a WARC recording
+of the OpenReview API v2 that `harvest_openreview` replays offline (mode: replay).
 
 It holds the venue's submission listing in API v2 shape (`/notes?invitation=...&details=replies`,
-paged two notes at a time) and each paper's PDF as answered by `/pdf?id=<forum>`, under the file
-names the harvest's raw cache uses (stages.mcitebench.harvest_openreview.cache_name).
+paged two notes at a time) and each paper's PDF as answered by `/pdf?id=<forum>`, recorded through
+the fetch layer's WarcRecorder under the URLs the harvest asks for
+(stages.mcitebench.harvest_openreview.api_url).
 
-The four papers are generated here with reportlab, deterministically (same bytes on every run):
+The four papers are generated here with reportlab, deterministically (the same PDF bytes on every
+run; the WARC's record ids and dates differ):
 numbered sections (1..5 with 3.1, 3.2, 4.1-4.3), raster figures and ruled tables with numbered
 captions (Figure 3 has sub-figures (a) and (b)), references, and an appendix (A, A.1, B) with its
 own table and figure. Papers 1 and 3 carry line numbers in the left margin, continuous across
@@ -14,7 +16,7 @@ author rebuttals cite "Table 2", "Figure 3", "Section 4.2", "Section 4.3, Line 3
 table, and (paper 2) a figure that does not exist, so the evidence pairing downstream has both
 resolvable references and rejects to make. A fifth, withdrawn submission has no PDF.
 
-    python scripts/make_openreview_sample.py [--out data/samples/openreview]
+    python scripts/make_openreview_sample.py [--out data/samples/openreview/openreview.warc.gz]
 """
 from __future__ import annotations
 
@@ -22,7 +24,6 @@ import argparse
 import io
 import json
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -32,8 +33,10 @@ from reportlab.lib.utils import ImageReader, simpleSplit
 from reportlab.pdfgen import canvas
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from stages.mcitebench.harvest_openreview import cache_name  # noqa: E402
+from stages.core.fetch import WarcRecorder  # noqa: E402
+from stages.mcitebench.harvest_openreview import api_url  # noqa: E402
 
+BASE_URL = "https://api2.openreview.net"  # the demo config's base_url: replay looks answers up by URL
 VENUE = "ICLR.cc/2025/Conference"
 INVITATION = f"{VENUE}/-/Submission"
 PAGE_SIZE = 2  # notes per listing page, so the replay exercises paging
@@ -67,8 +70,8 @@ class Layout:
     """A one-column paper laid out top to bottom; records which margin line numbers each
     paragraph got, per section, so rebuttals can cite lines that really exist."""
 
-    def __init__(self, path: Path, line_numbers: bool):
-        self.c = canvas.Canvas(str(path), pagesize=letter, invariant=1)
+    def __init__(self, out: io.BytesIO, line_numbers: bool):
+        self.c = canvas.Canvas(out, pagesize=letter, invariant=1)
         self.c.setAuthor("Anonymous")
         self.line_numbers = line_numbers
         self.y = TOP
@@ -266,8 +269,9 @@ def body(p: dict) -> list[tuple]:
     ]
 
 
-def make_pdf(p: dict, path: Path) -> dict[str, list[int]]:
-    lay = Layout(path, p["line_numbers"])
+def make_pdf(p: dict) -> tuple[bytes, dict[str, list[int]]]:
+    out = io.BytesIO()
+    lay = Layout(out, p["line_numbers"])
     lay.title(p["title"])
     for block in body(p):
         kind = block[0]
@@ -284,7 +288,7 @@ def make_pdf(p: dict, path: Path) -> dict[str, list[int]]:
         elif kind == "break":
             lay.page_break()
     lay.save()
-    return lay.lines_of
+    return out.getvalue(), lay.lines_of
 
 
 # --- the API v2 notes ------------------------------------------------------------------------
@@ -399,23 +403,25 @@ def withdrawn() -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="data/samples/openreview")
+    ap.add_argument("--out", default="data/samples/openreview/openreview.warc.gz")
     out = Path(ap.parse_args().out)
-    raw = out / "raw"
-    shutil.rmtree(raw, ignore_errors=True)
-    subs = []
-    for p in PAPERS:
-        pdf = raw / cache_name("/pdf", {"id": p["forum"]})
-        pdf.parent.mkdir(parents=True, exist_ok=True)
-        lines_of = make_pdf(p, pdf)
-        subs.append(submission(p, replies(p, lines_of)))
-    subs.append(withdrawn())
-    for offset in range(0, len(subs), PAGE_SIZE):
-        params = {"invitation": INVITATION, "details": "replies", "offset": offset, "limit": PAGE_SIZE}
-        page = raw / cache_name("/notes", params)
-        page.parent.mkdir(parents=True, exist_ok=True)
-        page.write_text(json.dumps({"notes": subs[offset : offset + PAGE_SIZE], "count": len(subs)}, indent=1) + "\n")
-    print(f"wrote {len(subs)} submissions ({len(PAPERS)} PDFs) under {raw}")
+    recorder = WarcRecorder(out)
+    try:
+        subs = []
+        for p in PAPERS:
+            pdf, lines_of = make_pdf(p)
+            recorder.response(api_url(BASE_URL, "/pdf", {"id": p["forum"]}), 200, "OK", [("Content-Type", "application/pdf")], pdf)
+            subs.append(submission(p, replies(p, lines_of)))
+        subs.append(withdrawn())
+        for offset in range(0, len(subs), PAGE_SIZE):
+            params = {"invitation": INVITATION, "details": "replies", "offset": offset, "limit": PAGE_SIZE}
+            page = json.dumps({"notes": subs[offset : offset + PAGE_SIZE], "count": len(subs)}, indent=1) + "\n"
+            recorder.response(api_url(BASE_URL, "/notes", params), 200, "OK", [("Content-Type", "application/json")], page.encode())
+    except BaseException:
+        recorder.abort()
+        raise
+    recorder.commit()
+    print(f"wrote {len(subs)} submissions ({len(PAPERS)} PDFs) to {out}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """harvest_openreview against a 127.0.0.1 server speaking OpenReview API v2 (tests/openreview_api.py),
-through the stage's real CLI."""
+through the stage's real CLI: recorded into a WARC by the fetch layer, then replayed from it with
+the server stopped."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from pytest_httpserver import HTTPServer
 from werkzeug import Response
 
 from stages.core.ids import sha256_hex
@@ -49,8 +51,8 @@ def venue() -> tuple[list[dict], dict[str, bytes]]:
 
 def harvest(tmp_path: Path, url: str, check: bool = True, env: dict | None = None, **params) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / "out"
-    settings = {"base_url": url, "mode": "record", "raw_cache": str(tmp_path / "raw"), "pdf_store": str(tmp_path / "pdfs"),
-                "requests_per_second": 0.0, "retry_max_sleep": 0.05, **params}
+    settings = {"base_url": url, "mode": "record", "warc": str(tmp_path / "openreview.warc.gz"), "pdf_store": str(tmp_path / "pdfs"),
+                "requests_per_second": 0.0, "retry_max_sleep": 0.05, "allow_networks": ["127.0.0.0/8"], **params}
     args = [sys.executable, "-m", "stages.mcitebench.harvest_openreview", "--params", json.dumps(settings)]
     for table in ("papers", "reviews", "comments", "threads"):
         args += ["--output", f"{table}={out / table}.parquet"]
@@ -58,6 +60,16 @@ def harvest(tmp_path: Path, url: str, check: bool = True, env: dict | None = Non
     if check and result.returncode:
         raise AssertionError(result.stderr[-3000:])
     return result, out
+
+
+@pytest.fixture
+def own_server():
+    """A server of the test's own, which it may stop (the shared `httpserver` must keep running)."""
+    server = HTTPServer(host="127.0.0.1", port=0)
+    server.start()
+    yield server
+    if server.is_running():
+        server.stop()
 
 
 def rows(out: Path, table: str, order: str = "id") -> list[dict]:
@@ -133,7 +145,7 @@ def test_429_and_500_are_retried_then_succeed(httpserver, tmp_path):
     api.fail("/pdf", 500)
     _, out = harvest(tmp_path, api.url)
     assert [p["id"] for p in rows(out, "papers")] == ["openreview:forum1"]
-    assert report(out)["stats"]["http_retries"] == 2
+    assert report(out)["stats"]["fetch_retries"] == 2
     assert [p for p, _ in api.requests] == ["/notes", "/notes", "/pdf", "/pdf"]
 
 
@@ -145,21 +157,24 @@ def test_exhausted_retries_fail_the_listing_with_a_clear_error(httpserver, tmp_p
     assert not (out / "papers.parquet").exists()
 
 
-def test_replay_rebuilds_the_same_tables_offline(httpserver, tmp_path):
+def test_replay_rebuilds_the_same_tables_offline(own_server, tmp_path):
     subs, pdfs = venue()
-    api = FakeOpenReview(httpserver, subs, pdfs)
+    api = FakeOpenReview(own_server, subs, pdfs)
     _, recorded = harvest(tmp_path, api.url, page_size=2)
-    seen = len(api.requests)
+    warc = tmp_path / "openreview.warc.gz"
+    assert warc.stat().st_size > 0
+    own_server.stop()  # the replay has nothing to talk to
     replay_dir = tmp_path / "replay"
     replay_dir.mkdir()
-    _, replayed = harvest(replay_dir, "http://127.0.0.1:9", mode="replay", page_size=2, raw_cache=str(tmp_path / "raw"))
-    assert len(api.requests) == seen  # nothing went to the network
+    _, replayed = harvest(replay_dir, api.url, mode="replay", page_size=2, warc=str(warc))
     for table in ("papers", "reviews", "comments", "threads"):
         assert rows(replayed, table) == rows(recorded, table)
     assert rejects(replayed) == rejects(recorded)  # the recorded 404 replays as the same reject
+    assert report(replayed)["stats"]["fetch_replayed"] == report(replayed)["stats"]["fetch_fetches"] > 0
     # a request that was never recorded is an error naming it
-    result, _ = harvest(replay_dir, "http://127.0.0.1:9", check=False, mode="replay", page_size=3, raw_cache=str(tmp_path / "raw"))
-    assert result.returncode != 0 and "is not in the raw cache" in result.stderr and "limit=3" in result.stderr
+    result, _ = harvest(replay_dir, api.url, check=False, mode="replay", page_size=3, warc=str(warc))
+    assert result.returncode != 0 and "not_in_archive" in result.stderr and "limit=3" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_login_token_from_environment_and_drop_withdrawn(httpserver, tmp_path):
@@ -200,9 +215,10 @@ def test_pdf_past_the_byte_cap_is_rejected_while_streaming(httpserver, tmp_path)
     # the recorded cut replays as the same reject, and a lower cap at replay applies to cached PDFs
     replay_dir = tmp_path / "replay"
     replay_dir.mkdir()
-    _, replayed = harvest(replay_dir, "http://127.0.0.1:9", mode="replay", max_pdf_bytes=4096, raw_cache=str(tmp_path / "raw"))
+    warc = str(tmp_path / "openreview.warc.gz")
+    _, replayed = harvest(replay_dir, api.url, mode="replay", max_pdf_bytes=4096, warc=warc)
     assert rejects(replayed) == rejects(out)
-    _, lower = harvest(replay_dir, "http://127.0.0.1:9", mode="replay", max_pdf_bytes=len(PDF), raw_cache=str(tmp_path / "raw"))
+    _, lower = harvest(replay_dir, api.url, mode="replay", max_pdf_bytes=len(PDF), warc=warc)
     assert rejects(lower) == {"openreview:forum4": "pdf_unavailable", "openreview:forum3": "pdf_too_large",
                               "openreview:forum5": "pdf_too_large", **too_large}
 

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from stages.core.images import ImageStore
-from stages.core.llm import LLMClient, LLMError, LLMRequest, cache_key, resolve_settings
+from stages.core.llm import LLMClient, LLMError, LLMRequest, cache_key, llm_settings
 from stages.core.prompts import PromptLibrary
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["word"], "properties": {"word": {"type": "string", "maxLength": 16}}}
@@ -151,7 +151,15 @@ def test_duplicate_requests_in_a_batch_are_called_once(tmp_path, prompts):
 
 def test_bad_settings_fail_naming_the_key():
     with pytest.raises(LLMError, match="llm.backend: 'gpt' is not one of"):
-        resolve_settings({"backend": "gpt"})
+        llm_settings({"backend": "gpt"})
     with pytest.raises(LLMError, match="llm.cache: Additional properties"):
-        resolve_settings({"cache": {"mdoe": "use"}})
-    assert resolve_settings({"openai": {"concurrency": 2}})["openai"]["max_retries"] == 5  # nested defaults kept
+        llm_settings({"cache": {"mdoe": "use"}})
+    assert llm_settings({"openai": {"concurrency": 2}})["openai"]["max_retries"] == 5  # nested defaults kept
+
+
+def test_settings_layers_merge_in_order():
+    """Defaults, then what a rule supplies, then the config's llm section, then the stage's override."""
+    merged = llm_settings({"image_store": "config/images", "cache": {"mode": "refresh"}}, {"cache": {"path": "stage.sqlite"}}, image_store="crops")
+    assert merged["image_store"] == "config/images" and merged["cache"] == {"mode": "refresh", "path": "stage.sqlite"}
+    assert llm_settings(None, None, image_store="crops")["image_store"] == "crops"
+    assert llm_settings(merged) == merged  # the client's second merge of a rule-merged param changes nothing

@@ -21,14 +21,21 @@ import pytest
 from PIL import Image, ImageDraw
 from werkzeug import Request, Response
 
+from stages.core.fetch import Fetcher, FetchSettings
 from stages.core.ids import sha256_hex
 from stages.core.images import ImageStore
+from stages.core.mineru import wait_ready
 from stages.core.tables import write_table
-from stages.mcitebench.parse_pdfs import wait_ready
 from tests.conftest import REPO, run_stage
 
-RAW_PDFS = REPO / "data/samples/openreview/raw/pdf"
+DEMO_WARC = REPO / "data/samples/openreview/openreview.warc.gz"
 LINED, PLAIN = "GsA7xk2Qp1", "RcR9mT4vLe"  # demo paper 1 has margin line numbers, paper 2 has none
+
+
+def demo_pdf(forum: str) -> bytes:
+    """A demo paper's PDF, as the harvest's replay of the bundled OpenReview recording answers it."""
+    with Fetcher(FetchSettings(mode="replay", replay_warcs=(str(DEMO_WARC),))) as fetcher:
+        return fetcher.fetch(f"https://api2.openreview.net/pdf?id={forum}").body
 
 
 def scanned_pdf() -> bytes:
@@ -63,9 +70,8 @@ def parsed(tmp_path_factory):
         pytest.skip("mineru is not installed")
     tmp = tmp_path_factory.mktemp("parse")
     store = tmp / "pdfs"
-    pdf = lambda forum: next(RAW_PDFS.glob(f"id={forum}.*.pdf")).read_bytes()  # noqa: E731
     papers = [
-        paper(LINED, pdf(LINED), store), paper(PLAIN, pdf(PLAIN), store),
+        paper(LINED, demo_pdf(LINED), store), paper(PLAIN, demo_pdf(PLAIN), store),
         paper("scanned", scanned_pdf(), store), paper("corrupt", b"%PDF-1.4\n1 0 obj <<garbage\n%%EOF\n", store),
         paper("nopdf", None, store),
     ]

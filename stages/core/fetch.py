@@ -305,28 +305,55 @@ class Fetcher:
         with self._lock:
             self.stats[key] += n
 
-    def fetch(self, url: str, accept: tuple[str, ...] | None = None, headers: dict[str, str] | None = None) -> Fetched:
+    def fetch(self, url: str, accept: tuple[str, ...] | None = None, headers: dict[str, str] | None = None,
+              max_bytes: int | None = None) -> Fetched:
         """GET `url` following redirects. `accept`: allowed media types; an entry ending in '/'
         is a prefix ('image/'); a response without a Content-Type passes. `headers`: extra
-        request headers, sent to `url`'s origin only. Raises FetchError."""
+        request headers, sent to `url`'s origin only. `max_bytes`: this request's byte cap instead
+        of the settings' (too_large past it, in replay too). Raises FetchError."""
         self._count("fetches")
+        limit = max_bytes or self.settings.max_bytes
         try:
             if self.settings.mode == "replay":
-                return self._replay(url, accept)
-            return self._live(url, accept, headers or {})
+                return self._replay(url, accept, limit)
+            return self._live(url, accept, headers or {}, limit)
         except FetchError as err:
             self._count(f"failed_{err.reason}")
             raise
 
+    def post_json(self, url: str, body: dict) -> Fetched:
+        """POST a JSON body (a login) with retries, the rate limit and the address guard; no
+        redirects. Never recorded, as it carries credentials; a replay sends nothing, so refuses it."""
+        if self.settings.mode == "replay":
+            raise FetchError("not_in_archive", f"POST {url}: a replay sends no requests")
+        parts = _parse(url)
+        self.guard.check_host(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+
+        def attempt() -> requests.Response:
+            self.limiter.wait(url)
+            self._count("requests")
+            return self.session.post(url, json=body, allow_redirects=False, stream=True, timeout=(self.settings.timeout_s, self.settings.timeout_s))
+
+        try:
+            response = with_retries(attempt, self.policy, on_retry=lambda _n, _why: self._count("retries"))
+            with response:
+                data = self._read(url, response, self.settings.max_bytes)
+        except RetriesExhausted as err:
+            reason = f"http_{err.last_status}" if err.last_status is not None else "connection_error"
+            raise FetchError(reason, f"POST {url}: {err}") from None
+        except requests.RequestException as err:
+            raise FetchError("bad_response", f"POST {url}: {type(err).__name__}: {err}") from None
+        return Fetched(url, url, response.status_code, {k.lower(): v for k, v in response.headers.items()}, data)
+
     # live ---------------------------------------------------------------------------------------
-    def _live(self, url: str, accept: tuple[str, ...] | None, extra_headers: dict[str, str]) -> Fetched:
+    def _live(self, url: str, accept: tuple[str, ...] | None, extra_headers: dict[str, str], limit: int) -> Fetched:
         current = url
         origin = _origin(url)
         for hop in range(self.settings.max_redirects + 1):
             try:
                 parts = _parse(current)
                 self.guard.check_host(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
-                status, reason, headers, body = self._get(current, accept, extra_headers if _origin(current) == origin else {})
+                status, reason, headers, body = self._get(current, accept, extra_headers if _origin(current) == origin else {}, limit)
             except FetchError as err:
                 if self.recorder is not None:  # under the hop's url, where a replay will look
                     self.recorder.failure(current, err)
@@ -348,7 +375,7 @@ class Fetcher:
                 self._slots[host] = threading.BoundedSemaphore(max(self.settings.per_host_concurrency, 1))
             return self._slots[host]
 
-    def _get(self, url: str, accept: tuple[str, ...] | None, extra_headers: dict[str, str]) -> tuple[int, str, list[tuple[str, str]], bytes]:
+    def _get(self, url: str, accept: tuple[str, ...] | None, extra_headers: dict[str, str], limit: int) -> tuple[int, str, list[tuple[str, str]], bytes]:
         """One hop with retries, holding a slot of its host (retry waits included: a host that
         said 429 gets no other request from us meanwhile)."""
         body = b""
@@ -365,7 +392,7 @@ class Fetcher:
                     # the final answer: read it now, so a body cut short is retried like a reset
                     try:
                         _check_type(url, response.headers.get("content-type", ""), accept)
-                        body = self._read(url, response)
+                        body = self._read(url, response, limit)
                     finally:
                         response.close()
                 elif response.status_code >= 400 and response.status_code not in RETRY_STATUSES:
@@ -401,8 +428,7 @@ class Fetcher:
         self._count("bytes", len(body))
         return response.status_code, response.reason or "", headers, body
 
-    def _read(self, url: str, response: requests.Response) -> bytes:
-        limit = self.settings.max_bytes
+    def _read(self, url: str, response: requests.Response, limit: int) -> bytes:
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             raise FetchError("too_large", f"{url}: Content-Length {declared} > {limit} bytes")
@@ -425,7 +451,7 @@ class Fetcher:
         return b"".join(chunks)[:ERROR_BODY_BYTES]
 
     # replay -------------------------------------------------------------------------------------
-    def _replay(self, url: str, accept: tuple[str, ...] | None) -> Fetched:
+    def _replay(self, url: str, accept: tuple[str, ...] | None, limit: int) -> Fetched:
         current = url
         for hop in range(self.settings.max_redirects + 1):
             recorded = self.archive.get(current)
@@ -440,8 +466,8 @@ class Fetcher:
             if recorded.status >= 400:
                 raise FetchError(f"http_{recorded.status}", f"{current}: HTTP {recorded.status} (replayed)", recorded.body[:ERROR_BODY_BYTES])
             _check_type(current, recorded.headers.get("content-type", ""), accept)
-            if len(recorded.body) > self.settings.max_bytes:
-                raise FetchError("too_large", f"{current}: body of {len(recorded.body)} > {self.settings.max_bytes} bytes")
+            if len(recorded.body) > limit:
+                raise FetchError("too_large", f"{current}: body of {len(recorded.body)} > {limit} bytes")
             return Fetched(url, current, recorded.status, recorded.headers, recorded.body, hop)
         raise FetchError("too_many_redirects", f"{url}: more than {self.settings.max_redirects} redirects")
 

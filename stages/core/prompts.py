@@ -13,7 +13,9 @@ message.
     # Task Description
     ... {{ question }} ...
 
-Rendering uses StrictUndefined, so a missing variable fails naming the prompt and the variable.
+Rendering uses StrictUndefined, so a missing variable fails naming the prompt file, the variable
+and its line; a template syntax error fails on loading, naming the file and the line. Line numbers
+count from the top of the file, front matter included. Both are StageErrors: one line from a stage.
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ import jinja2
 import jsonschema
 import yaml
 
+from .errors import StageError
+
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS_DIR = ROOT / "prompts"
 ANSWER_SCHEMAS_DIR = ROOT / "schemas" / "answers"
@@ -35,7 +39,7 @@ SAMPLING_KEYS = ("temperature", "max_tokens", "top_p", "top_k", "seed")
 _FRONT_KEYS = {"kind", "schema", "system", *SAMPLING_KEYS}
 
 
-class PromptError(ValueError):
+class PromptError(StageError):
     """A prompt file that cannot be loaded, or a render that lacks a variable."""
 
 
@@ -49,6 +53,7 @@ class Prompt:
     system: str | None
     body: str
     path: Path
+    body_line: int  # the file's line number of the body's first line
     _template: jinja2.Template = field(repr=False, compare=False)
 
     def render(self, variables: dict[str, Any]) -> list[dict[str, str]]:
@@ -56,13 +61,25 @@ class Prompt:
         try:
             text = self._template.render(**variables)
         except jinja2.UndefinedError as err:
-            raise PromptError(f"prompt {self.name!r} ({self.path}): missing variable: {err.message}") from None
+            line = _template_line(err)
+            where = f" at line {self.body_line + line - 1}" if line else ""
+            raise PromptError(f"prompt {self.name!r} ({self.path}){where}: missing variable: {err.message}") from None
         messages = [{"role": "system", "content": self.system}] if self.system else []
         messages.append({"role": "user", "content": text.strip()})
         return messages
 
 
 _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+
+
+def _template_line(err: Exception) -> int | None:
+    """The template line a render error was raised at (Jinja2 puts template lines in tracebacks)."""
+    line, tb = None, err.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
 
 
 def split_front_matter(text: str, where: str) -> tuple[dict, str]:
@@ -81,7 +98,9 @@ def load_prompt(path: str | Path, schemas_dir: str | Path = ANSWER_SCHEMAS_DIR) 
     path = Path(path)
     if not path.exists():
         raise PromptError(f"no prompt file {path}")
-    front, body = split_front_matter(path.read_text(), str(path))
+    text = path.read_text()
+    front, body = split_front_matter(text, str(path))
+    body_line = text[: len(text) - len(body)].count("\n") + 1
     unknown = sorted(set(front) - _FRONT_KEYS)
     if unknown:
         raise PromptError(f"{path}: unknown front matter key(s) {unknown} (allowed: {sorted(_FRONT_KEYS)})")
@@ -99,9 +118,9 @@ def load_prompt(path: str | Path, schemas_dir: str | Path = ANSWER_SCHEMAS_DIR) 
     try:
         template = _ENV.from_string(body)
     except jinja2.TemplateSyntaxError as err:
-        raise PromptError(f"{path}: template syntax error line {err.lineno}: {err.message}") from None
+        raise PromptError(f"{path}: template syntax error at line {body_line + err.lineno - 1}: {err.message}") from None
     sampling = {k: front[k] for k in SAMPLING_KEYS if k in front}
-    return Prompt(path.stem, kind, schema_name, schema, sampling, front.get("system"), body, path, template)
+    return Prompt(path.stem, kind, schema_name, schema, sampling, front.get("system"), body, path, body_line, template)
 
 
 def load_answer_schema(name: str, schemas_dir: Path = ANSWER_SCHEMAS_DIR) -> dict:

@@ -49,6 +49,7 @@ from typing import Any, Callable, ClassVar
 import pyarrow as pa
 import yaml
 
+from .errors import StageError
 from .layout import PLAIN_NAME, LayoutError, stage_module
 from .tables import REJECTS_SCHEMA, SchemaError, TableWriter, atomic_write_bytes, check_columns, read_tables, table_schema
 
@@ -177,10 +178,6 @@ class Output:
     help: str = ""
     counted: bool = True  # part of "rows out" in the count invariant
     many: bool = False  # several paths, e.g. one per shard
-
-
-class StageError(RuntimeError):
-    """A stage failed for a reason the user can act on (bad input, bad param, broken invariant)."""
 
 
 class Reject(Exception):

@@ -16,11 +16,13 @@ What it does:
 - fetches each PDF from `/pdf?id=<forum>` once, streamed and cut off past `max_pdf_bytes`, and
   stores it by content hash (`<pdf_store>/<sha[:2]>/<sha>.pdf`); papers carry the hash.
 
-HTTP: optional login (user and password from the environment variables named by params) for a
-token; 429 and 5xx retried with backoff honouring Retry-After, and a bounded request rate, both
-through stages.core.retry. Modes: `record` (network; every raw API page and PDF saved under
-`raw_cache`), `live` (network, nothing saved), `replay` (answers only from `raw_cache`, no network;
-a request missing from the cache is an error naming it). The demo replays data/samples/openreview/raw.
+HTTP goes through the fetch layer (stages/core/fetch.py): optional login (user and password from
+the environment variables named by params) for a token; 429 and 5xx retried with backoff honouring
+Retry-After, a bounded request rate, the address guard, and a byte cap checked while streaming.
+Modes are the fetch layer's: `record` (network; every API page and PDF, failures included, written
+to the WARC file `warc`), `live` (network, nothing saved), `replay` (answers only from that WARC, no
+network; a request missing from it is an error naming it). The demo replays
+data/samples/openreview/openreview.warc.gz.
 
 Outputs: papers (counted: submissions in = papers out + rejected), reviews, comments, threads.
 Rejects: malformed_note (no id/forum/title), withdrawn (when drop_withdrawn), pdf_unavailable
@@ -31,138 +33,74 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from contextlib import closing
-from pathlib import Path
 from urllib.parse import urlencode
 
-import requests
 from tqdm import tqdm
 
+from stages.core.fetch import Fetcher, FetchError, FetchSettings
 from stages.core.ids import content_id, sha256_hex
 from stages.core.images import pdf_path
-from stages.core.retry import HostRateLimiter, RetriesExhausted, RetryPolicy, with_retries
-from stages.core.stage import Output, Param, Reject, Stage, StageError
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
 VERSION = "1"
-MODES = ("live", "record", "replay")
+API_MAX_BYTES = 1 << 30  # no API page comes near it: the cap only stops a broken server from filling memory
 
 
 # --- the API client ---------------------------------------------------------------------------
-def cache_name(path: str, params: dict) -> str:
-    """File name of one GET request in the raw cache: readable, with a hash against collisions."""
-    pairs = sorted((k, str(v)) for k, v in params.items())
-    query = urlencode(pairs)
-    readable = re.sub(r"[^A-Za-z0-9.=-]+", "_", "_".join(f"{k}={v}" for k, v in pairs))[:120]
-    digest = content_id("r", path, query).split(":")[1][:10]
-    ext = "pdf" if path.strip("/") == "pdf" else "json"
-    return f"{path.strip('/')}/{readable}.{digest}.{ext}"
-
-
-class ApiError(StageError):
-    """A request that did not answer 200 (after retries)."""
-
-
-class TooLarge(ApiError):
-    """A body past the byte cap; the rest of it is never read."""
-
-
-def read_capped(response: requests.Response, max_bytes: int, request: str) -> None:
-    """Stream a 200 body into `response.content`, or TooLarge as soon as it passes max_bytes."""
-    declared = response.headers.get("Content-Length", "")
-    too_large = declared.isdigit() and int(declared) > max_bytes
-    body = bytearray()
-    for chunk in () if too_large else response.iter_content(1 << 16):
-        body += chunk
-        if len(body) > max_bytes:
-            too_large = True
-            break
-    if too_large:
-        response.close()
-        raise TooLarge(f"{request}: the body passes {max_bytes} bytes")
-    response._content = bytes(body)  # what .content answers from now on (requests' own cache of the body)
+def api_url(base_url: str, path: str, params: dict) -> str:
+    """The URL of one GET, its query sorted: what a recording stores the answer under and a replay
+    looks up, whatever order the caller named the params in."""
+    return f"{base_url.rstrip('/')}{path}?{urlencode(sorted((k, str(v)) for k, v in params.items()))}"
 
 
 class OpenReviewClient:
-    """GET requests against API v2, recorded to or replayed from a raw cache folder."""
+    """GET requests against API v2 through one Fetcher (live, record or replay)."""
 
-    def __init__(self, base_url: str, mode: str, raw_cache: str, policy: RetryPolicy, per_second: float, timeout: float, stats):
-        if mode not in MODES:
-            raise StageError(f"param 'mode' must be one of {MODES}, got {mode!r}")
+    def __init__(self, base_url: str, fetcher: Fetcher, stats):
         self.base_url = base_url.rstrip("/")
-        self.mode = mode
-        self.raw_cache = Path(raw_cache)
-        self.policy = policy
-        self.limiter = HostRateLimiter(per_second)
-        self.timeout = timeout
+        self.fetcher = fetcher
         self.stats = stats
-        self.session = requests.Session()
-
-    def close(self) -> None:
-        self.session.close()
 
     def login(self, user: str, password: str) -> None:
         try:
-            response = self._send("POST", "/login", json_body={"id": user, "password": password})
-        except RetriesExhausted as err:
-            raise StageError(f"OpenReview login: {err}") from None
-        if response.status_code != 200 or "token" not in response.json():
-            raise StageError(f"OpenReview login as {user!r} failed: HTTP {response.status_code} {response.text[:200]}")
-        self.session.headers["Authorization"] = f"Bearer {response.json()['token']}"
-
-    def get(self, path: str, params: dict, max_bytes: int = 0) -> bytes:
-        """The body of a 200 answer; ApiError otherwise, TooLarge past `max_bytes` (0 = no cap).
-        `record` also saves failures (as `<name>.error.json`), so a replay reproduces them."""
-        request = f"GET {path}?{urlencode(params)}"
-        cached = self.raw_cache / cache_name(path, params)
-        failed = cached.with_name(cached.name + ".error.json")
-        if self.mode == "replay":
-            if cached.exists():
-                self.stats["cache_hits"] += 1
-                if max_bytes and cached.stat().st_size > max_bytes:
-                    raise TooLarge(f"{request}: the body passes {max_bytes} bytes")
-                return cached.read_bytes()
-            if failed.exists():
-                saved = json.loads(failed.read_text())
-                raise (TooLarge if saved.get("too_large") else ApiError)(f"{request}: {saved['error']}")
-            raise StageError(f"replay: {request} is not in the raw cache (expected {cached})")
-        too_large = False
+            answer = self.fetcher.post_json(self.base_url + "/login", {"id": user, "password": password})
+        except FetchError as err:
+            raise StageError(f"OpenReview login as {user!r} failed: {err}") from None
         try:
-            response = self._send("GET", path, params=params, max_bytes=max_bytes)
-            error = None if response.status_code == 200 else f"HTTP {response.status_code} {response.text[:300]}"
-        except RetriesExhausted as err:
-            error = str(err)
-        except TooLarge:
-            error, too_large = f"the body passes {max_bytes} bytes", True
-        if self.mode == "record":
-            if error:
-                atomic_write_bytes(failed, json.dumps({"request": request, "error": error, "too_large": too_large}).encode())
-            else:
-                atomic_write_bytes(cached, response.content)
-        if error:
-            raise (TooLarge if too_large else ApiError)(f"{request}: {error}")
-        return response.content
+            token = _json(answer.body).get("token") if answer.status == 200 else None
+        except ValueError:
+            token = None
+        if not token:
+            raise StageError(f"OpenReview login as {user!r} failed: HTTP {answer.status} {answer.body[:200]!r}")
+        self.fetcher.session.headers["Authorization"] = f"Bearer {token}"
+
+    def get(self, path: str, params: dict, max_bytes: int | None = None) -> bytes:
+        """The body of a 2xx answer; FetchError otherwise (reason too_large past `max_bytes`).
+        A request the replay archive lacks is a StageError: the archive is not this harvest's."""
+        try:
+            return self.fetcher.fetch(api_url(self.base_url, path, params), max_bytes=max_bytes).body
+        except FetchError as err:
+            if err.reason == "not_in_archive":
+                raise StageError(f"replay: GET {path}?{urlencode(params)}: {err}") from None
+            raise
 
     def get_json(self, path: str, params: dict) -> dict:
-        return json.loads(self.get(path, params))
+        request = f"GET {path}?{urlencode(params)}"
+        try:
+            page = _json(self.get(path, params))
+        except FetchError as err:
+            raise StageError(f"OpenReview {request}: {err}") from None
+        except ValueError as err:
+            raise StageError(f"OpenReview {request}: the answer is not a JSON object ({err})") from None
+        return page
 
-    def _send(self, method: str, path: str, params: dict | None = None, json_body: dict | None = None,
-              max_bytes: int = 0) -> requests.Response:
-        url = self.base_url + path
 
-        def call() -> requests.Response:
-            self.limiter.wait(url)
-            self.stats["http_requests"] += 1
-            response = self.session.request(method, url, params=params, json=json_body, timeout=self.timeout, stream=bool(max_bytes))
-            if max_bytes and response.status_code == 200:
-                read_capped(response, max_bytes, f"{method} {path}")  # inside the retried call, where requests reads an unstreamed body
-            return response
-
-        def on_retry(_attempt: int, _why: str) -> None:
-            self.stats["http_retries"] += 1
-
-        return with_retries(call, self.policy, on_retry=on_retry)
+def _json(body: bytes) -> dict:
+    value = json.loads(body)
+    if not isinstance(value, dict):
+        raise ValueError(f"a JSON {type(value).__name__}")
+    return value
 
 
 def list_submissions(client: OpenReviewClient, invitation: str, page_size: int, max_papers: int) -> list[dict]:
@@ -274,12 +212,8 @@ def reply_tree(forum: str, replies: list[dict], stats) -> dict[str, tuple[str, i
 # --- the stage --------------------------------------------------------------------------------
 def run(ctx) -> None:
     p = ctx.params
-    client = OpenReviewClient(
-        p["base_url"], p["mode"], p["raw_cache"],
-        RetryPolicy(attempts=p["retry_attempts"], max_sleep=p["retry_max_sleep"]),
-        p["requests_per_second"], p["timeout_s"], ctx.stats,
-    )
-    with closing(client):
+    with fetcher_for(ctx) as fetcher:
+        client = OpenReviewClient(p["base_url"], fetcher, ctx.stats)
         user, password = os.environ.get(p["username_env"]), os.environ.get(p["password_env"])
         if user and password and p["mode"] != "replay":
             client.login(user, password)
@@ -287,6 +221,25 @@ def run(ctx) -> None:
         for note in tqdm(sorted(notes, key=lambda n: (n.get("number") or 0, n.get("id") or "")), desc="papers", unit="paper"):
             with ctx.item(f"openreview:{note.get('forum') or note.get('id')}"):
                 harvest_note(ctx, client, note)
+    for key, value in fetcher.stats.items():
+        ctx.stats[f"fetch_{key}"] = value
+
+
+def fetcher_for(ctx) -> Fetcher:
+    """The stage's params as fetch settings: its mode, the WARC it records to or replays from."""
+    p = ctx.params
+    warc = ctx.input_paths("replay")[0] if p["mode"] == "replay" and ctx.has_input("replay") else p["warc"]
+    if p["mode"] != "live" and not warc:
+        raise StageError(f"mode {p['mode']} needs param 'warc', the WARC file it writes or reads")
+    try:
+        settings = FetchSettings.from_dict({
+            "mode": p["mode"], "timeout_s": p["timeout_s"], "max_bytes": API_MAX_BYTES, "attempts": p["retry_attempts"],
+            "max_retry_sleep_s": p["retry_max_sleep"], "per_host_concurrency": 1, "per_host_rate": p["requests_per_second"],
+            "allow_networks": p["allow_networks"], "replay_warcs": [warc] if p["mode"] == "replay" else [],
+        })
+        return Fetcher(settings, record_to=warc if p["mode"] == "record" else None)
+    except ValueError as err:
+        raise StageError(f"fetch: {err}") from None
 
 
 def harvest_note(ctx, client: OpenReviewClient, note: dict) -> None:
@@ -304,11 +257,9 @@ def harvest_note(ctx, client: OpenReviewClient, note: dict) -> None:
     pdf_sha = None
     if fields.get("pdf") and p["download_pdfs"]:
         try:
-            data = client.get("/pdf", {"id": forum}, max_bytes=p["max_pdf_bytes"])
-        except TooLarge as err:
-            raise Reject("pdf_too_large", str(err)) from None
-        except ApiError as err:
-            raise Reject("pdf_unavailable", str(err)) from None
+            data = client.get("/pdf", {"id": forum}, max_bytes=p["max_pdf_bytes"] or None)
+        except FetchError as err:
+            raise Reject("pdf_too_large" if err.reason == "too_large" else "pdf_unavailable", str(err)) from None
         if not data.startswith(b"%PDF"):
             raise Reject("not_a_pdf", f"/pdf?id={forum} answered {data[:40]!r}")
         pdf_sha = sha256_hex(data)
@@ -377,7 +328,7 @@ STAGE = Stage(
     name="harvest_openreview",
     version=VERSION,
     doc=__doc__,
-    inputs={},
+    inputs={"replay": Input("the WARC mode replay answers from, instead of param warc (a rule lists it so that a new recording reruns the harvest)", optional=True, kind="file")},
     outputs={
         "papers": Output("mcitebench_papers", "one row per submission"),
         "reviews": Output("mcitebench_reviews", "official reviews", counted=False),
@@ -387,18 +338,19 @@ STAGE = Stage(
     params={
         "base_url": Param(str, "https://api2.openreview.net", "API v2 base URL"),
         "invitation": Param(str, "ICLR.cc/2025/Conference/-/Submission", "the venue's submission invitation"),
-        "mode": Param(str, "record", "live | record (save every raw page and PDF) | replay (raw cache only, no network)", choices=("live", "record", "replay")),
-        "raw_cache": Param(str, "data/cache/openreview/raw", "folder of raw API pages and PDFs (record writes, replay reads)"),
+        "mode": Param(str, "record", "live | record (write every API answer and PDF to `warc`) | replay (answer from `warc` only, no network)", choices=("live", "record", "replay")),
+        "warc": Param(str, "data/cache/openreview/openreview.warc.gz", "the WARC file: record writes it, replay answers from it"),
         "pdf_store": Param(str, "data/cache/pdfs", "content-addressed PDF store root"),
         "page_size": Param(int, 200, "notes per API page (the API allows up to 1000)", min=1, max=1000),
         "max_papers": Param(int, 0, "stop after this many submissions; 0 = all", min=0),
         "download_pdfs": Param(bool, True, "fetch each submission's PDF"),
-        "max_pdf_bytes": Param(int, 100_000_000, "largest PDF fetched, checked while streaming (a larger one is rejected pdf_too_large); 0 = no cap", min=0),
+        "max_pdf_bytes": Param(int, 100_000_000, "largest PDF fetched, checked while streaming (a larger one is rejected pdf_too_large); 0 = the 1 GiB cap of every answer", min=0),
         "drop_withdrawn": Param(bool, False, "reject withdrawn submissions instead of keeping them"),
         "requests_per_second": Param(float, 1.0, "request rate bound per host", min=0),
         "retry_attempts": Param(int, 5, "tries per request on 429/5xx/timeouts", min=1),
         "retry_max_sleep": Param(float, 60.0, "longest wait between tries (caps Retry-After)", min=0),
         "timeout_s": Param(float, 60.0, "per-request timeout", above=0),
+        "allow_networks": Param(list, [], "CIDRs the fetch layer's address guard lets through (a local mirror, tests)", items=str),
         "username_env": Param(str, "OPENREVIEW_USERNAME", "environment variable holding the login (optional)"),
         "password_env": Param(str, "OPENREVIEW_PASSWORD", "environment variable holding the password (optional)"),
     },

