@@ -63,7 +63,7 @@ def response_row(qid: str, response: str, gold: list[str], labels: list[str] | N
         "question_type": question_type, "question": "Why?", "answer": "Because.", "meta_json": "{}",
         "modality": modality, "source": "single" if len(gold) == 1 else "multi", "gold": gold,
         "items": [item(l, kinds.get(l[0], "text"), l in gold) for l in labels],
-        "with_captions": False, "vision": False, "response": response,
+        "with_captions": False, "vision": False, "response": response, "finish_reason": "stop",
     }
 
 

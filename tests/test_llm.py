@@ -163,3 +163,16 @@ def test_settings_layers_merge_in_order():
     assert merged["image_store"] == "config/images" and merged["cache"] == {"mode": "refresh", "path": "stage.sqlite"}
     assert llm_settings(None, None, image_store="crops")["image_store"] == "crops"
     assert llm_settings(merged) == merged  # the client's second merge of a rule-merged param changes nothing
+
+
+def test_finish_reason_says_when_max_tokens_cut_the_answer_and_is_cached(tmp_path, prompts):
+    (prompts / "free.md").write_text("---\nkind: text\nmax_tokens: 3\n---\nWrite a long story about {{ topic }}.\n")
+    with make_client(tmp_path, prompts) as client:
+        (cut,) = client.run([LLMRequest("a", "free", {"topic": "the sea"})])
+    assert cut.ok and cut.finish_reason == "length" and not cut.cached
+    with make_client(tmp_path, prompts) as client:  # answered from the cache, with its finish reason
+        (again,) = client.run([LLMRequest("a", "free", {"topic": "the sea"})])
+    assert again.cached and again.finish_reason == "length" and again.raw == cut.raw
+    with make_client(tmp_path, prompts) as client:
+        (whole,) = client.run([LLMRequest("b", "word", {"topic": "bread"})])
+    assert whole.finish_reason == "stop"

@@ -39,6 +39,7 @@ def inputs(tmp_path):
     args = []
     for model in scores:
         rows = [response_row(s["question_id"], "r", ["[1]"], model=model) for s in scores[model]]
+        rows[0]["finish_reason"] = "length" if model == "small" else "stop"  # one answer cut at max_tokens
         paths = {name: tmp_path / f"{name}_{model}.parquet" for name in ("responses", "scores", "summary", "probe")}
         write_table(paths["responses"], rows, "eval_responses")
         Path(f"{paths['responses']}.report.json").write_text(json.dumps(
@@ -65,6 +66,8 @@ def test_report_tables_plot_and_db(tmp_path, inputs):
     coverage = con.execute("select model, questions_read, responses, failed_generations, missing_citation_f1, missing_accuracy "
                            "from coverage order by model").fetchall()
     assert coverage == [("large", 2, 1, 1, 0, 0), ("small", 4, 3, 1, 1, 1)]
+    assert con.execute("select model, truncated from coverage order by model").fetchall() == [("large", 0), ("small", 1)]
+    assert "| Truncated |" in text.replace("Failed generations | Truncated |", "| Truncated |")
     # Table 2 cells equal a query over the scores; a missing C-F1 is excluded and counted
     f1 = con.execute("select avg(citation_f1) from scores where model = 'small'").fetchone()[0]
     assert f1 == 60.0 and "| small | No Cap., text-only | 50.00 | 50.00 | 60.00 (1 missing) |" in text.split("## All metrics, overall")[1]

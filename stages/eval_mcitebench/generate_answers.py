@@ -179,6 +179,8 @@ def run(ctx):
                 if not answer.ok:
                     raise Reject("invalid_answer", answer.detail)
                 row["response"] = answer.value
+                row["finish_reason"] = answer.finish_reason
+                ctx.stats["truncated"] += answer.finish_reason == "length"
                 ctx.write("responses", [row])
 
 
@@ -201,6 +203,7 @@ def task(record: dict, items: list[dict], vision: bool, params: dict) -> tuple[d
         "with_captions": params["with_captions"],
         "vision": vision,
         "response": None,
+        "finish_reason": None,
     }
     sampling = {"max_tokens": params["max_tokens"]} if params["max_tokens"] else None
     return row, LLMRequest(id=row["id"], prompt=PROMPT, variables={"items": views, "question": record["question"]},

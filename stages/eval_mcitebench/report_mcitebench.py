@@ -115,9 +115,11 @@ def coverage_rows(con, responses_paths: list[str]) -> list[tuple]:
         scored = con.execute(
             "select count(*), count(*) filter (where citation_f1 is null), count(*) filter (where accuracy is null), "
             "coalesce(sum(missing_judgements), 0) from scores where model = ?", [model]).fetchone()
-        settings = con.execute("select any_value(vision), any_value(with_captions) from responses where model = ?", [model]).fetchone()
+        settings = con.execute("select any_value(vision), any_value(with_captions), count(*) filter (where finish_reason = 'length') "
+                               "from responses where model = ?", [model]).fetchone()
         rows.append((model, report.get("rows_in"), report.get("rows_out", {}).get("responses"), report.get("rejected"),
-                     json.dumps(report.get("rejected_by_reason", {})), scored[0], scored[1], scored[2], scored[3], settings[0], settings[1]))
+                     json.dumps(report.get("rejected_by_reason", {})), settings[2], scored[0], scored[1], scored[2], scored[3],
+                     settings[0], settings[1]))
     return rows
 
 
@@ -174,14 +176,14 @@ def run(ctx):
             if ctx.has_input(name):
                 loaded[name] = ctx.stats[f"{name}_rows"] = _load(con, name, ctx.input_paths(name))
         con.execute("create table coverage (model varchar, questions_read bigint, responses bigint, failed_generations bigint, "
-                    "failed_by_reason json, scored bigint, missing_citation_f1 bigint, missing_accuracy bigint, "
+                    "failed_by_reason json, truncated bigint, scored bigint, missing_citation_f1 bigint, missing_accuracy bigint, "
                     "failed_judge_calls bigint, vision boolean, with_captions boolean)")
-        con.executemany("insert into coverage values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", coverage_rows(con, ctx.input_paths("responses")))
+        con.executemany("insert into coverage values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", coverage_rows(con, ctx.input_paths("responses")))
         models = [r[0] for r in con.execute("select distinct model from scores order by model").fetchall()]
         setting = settings_of(con, models)
         summary = {(r["model"], r["grouping"], r["grp"], r["metric"]): r for r in ctx.read_rows("summary")}
         coverage = con.execute("select * exclude (failed_by_reason) from coverage order by model").fetchall()
-        cov_headers = ["Model", "Questions", "Responses", "Failed generations", "Scored", "C-F1 missing", "Acc missing",
+        cov_headers = ["Model", "Questions", "Responses", "Failed generations", "Truncated", "Scored", "C-F1 missing", "Acc missing",
                        "Failed judge calls", "Vision", "Captions"]
         markdown = "\n\n".join([
             f"# {ctx.params['title']}",
@@ -189,6 +191,8 @@ def run(ctx):
             "Acc answer accuracy (mcitebench.txt §4). A failed judge call is missing, never 0: means are over the responses "
             "where the metric is present, and \"(k missing)\" counts the rest.",
             "## Coverage", md_table(cov_headers, [list(r) for r in coverage]),
+            "Truncated: responses the backend cut at the answer length budget (finish reason \"length\"); a truncated "
+            "sentence may lose its citation, lowering source recall and accuracy.",
             "Setting: \"Cap.\" rows had figure and table captions after their images, as in the seed's main results "
             "(Table 2); \"No Cap.\" rows are the Table 14 ablation; \"text-only\" models read captions or labels in place of images.",
             "## Main results (cf. Table 2)", table2(summary, models, setting),

@@ -35,8 +35,11 @@ class CallCache:
             self._con.execute("pragma journal_mode = wal")
             self._con.execute(
                 "create table if not exists calls (key text primary key, backend text, model text, prompt text, "
-                "raw text, p_yes real, prompt_tokens integer, completion_tokens integer, created real)"
+                "raw text, p_yes real, prompt_tokens integer, completion_tokens integer, created real, finish_reason text)"
             )
+            columns = {row[1] for row in self._con.execute("pragma table_info(calls)")}
+            if "finish_reason" not in columns:  # a cache written before finish reasons were kept
+                self._con.execute("alter table calls add column finish_reason text")
             # A read-only file opens without complaint and fails on the first write, after the
             # model has run: write once now, inside a transaction that is rolled back.
             self._con.execute("begin immediate")
@@ -60,17 +63,19 @@ class CallCache:
         if self._con is None or self.mode != "use":
             return None
         row = self._con.execute(
-            "select raw, p_yes, prompt_tokens, completion_tokens from calls where key = ?", (key,)
+            "select raw, p_yes, prompt_tokens, completion_tokens, finish_reason from calls where key = ?", (key,)
         ).fetchone()
-        return Result(row[0], row[1], row[2], row[3]) if row else None
+        return Result(row[0], row[1], row[2], row[3], finish_reason=row[4]) if row else None
 
     def put(self, key: str, backend: str, model: str, prompt: str, result: Result) -> None:
         if self._con is None:
             return
         try:
             self._con.execute(
-                "insert or replace into calls values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, backend, model, prompt, result.text, result.p_yes, result.prompt_tokens, result.completion_tokens, time.time()),
+                "insert or replace into calls (key, backend, model, prompt, raw, p_yes, prompt_tokens, completion_tokens, "
+                "created, finish_reason) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, backend, model, prompt, result.text, result.p_yes, result.prompt_tokens, result.completion_tokens,
+                 time.time(), result.finish_reason),
             )
         except sqlite3.Error as err:  # e.g. the disk filled up or the file became read-only mid-run
             raise self._error(err) from None

@@ -28,6 +28,7 @@ class Result:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None  # a failure of this one request; never cached
+    finish_reason: str | None = None  # "stop", or "length" when max_tokens cut the answer short
 
 
 def sampling_kwargs(call: Call) -> dict[str, Any]:

@@ -40,6 +40,7 @@ class LLMAnswer:
     p_yes: float | None = None
     cached: bool = False
     attempts: int = 0
+    finish_reason: str | None = None  # "length": the answer was cut at max_tokens
 
     @property
     def detail(self) -> str:
@@ -167,7 +168,8 @@ class LLMClient:
             for i in pending:
                 prep, (result, cached) = prepared[i], results[i]
                 value, error = judge(prep.prompt.kind, prep.prompt.schema, result)
-                answer = LLMAnswer(prep.request.id, error is None, value, result.text, error, result.p_yes, cached, attempt + 1)
+                answer = LLMAnswer(prep.request.id, error is None, value, result.text, error, result.p_yes, cached, attempt + 1,
+                                   result.finish_reason)
                 if error and not result.error:
                     self.count("llm_invalid")
                     if attempt + 1 < max_attempts:

@@ -84,7 +84,8 @@ class LlamaCppBackend:
         except ValueError as err:  # e.g. the prompt does not fit the context window
             return Result("", error=f"backend: {err}")
         usage = out.get("usage") or {}
-        return Result(out["choices"][0]["message"]["content"] or "", None, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
+        return Result(out["choices"][0]["message"]["content"] or "", None, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
+                      finish_reason=out["choices"][0].get("finish_reason"))
 
     def _yes_no(self, messages: list[dict]) -> Result:
         """Greedy yes/no from the next-token distribution, with P(yes) normalised over yes and no."""

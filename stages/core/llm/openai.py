@@ -96,7 +96,8 @@ class OpenAIBackend:
         if call.kind == "yesno" and content:
             first = content[0]
             p_yes = yes_probability([(t["token"], t["logprob"]) for t in first.get("top_logprobs") or [first]])
-        return Result(choice["message"].get("content") or "", p_yes, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
+        return Result(choice["message"].get("content") or "", p_yes, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
+                      finish_reason=choice.get("finish_reason"))
 
     def generate(self, calls: list[Call]) -> Iterator[tuple[int, Result]]:
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="llm-openai")

@@ -46,7 +46,8 @@ class VLLMBackend:
             p_yes = None
             if call.kind == "yesno" and completion.logprobs:
                 p_yes = yes_probability((lp.decoded_token or "", lp.logprob) for lp in completion.logprobs[0].values())
-            yield i, Result(completion.text, p_yes, len(out.prompt_token_ids or []), len(completion.token_ids))
+            yield i, Result(completion.text, p_yes, len(out.prompt_token_ids or []), len(completion.token_ids),
+                            finish_reason=completion.finish_reason)
 
     def close(self) -> None:
         del self.llm
