@@ -3,7 +3,8 @@ through `Fetcher.fetch(url)`.
 
 - Polite: per-host concurrency slots, per-host rate limit, retries with backoff on 429/5xx,
   timeouts and connection resets honouring Retry-After (stages.core.retry), a User-Agent.
-- Safe: http(s) only; connect and read timeouts; a byte cap checked against Content-Length and
+- Safe: http(s) only; connect and read timeouts, and a deadline for a whole body (a server
+  dripping bytes slower than it sends them never holds a fetch past `total_timeout_s`); a byte cap checked against Content-Length and
   again while streaming; an optional content-type check before the body is read; and an SSRF guard
   that refuses loopback, private, link-local, multicast, reserved, unspecified, non-global and
   cloud-metadata addresses. The guard runs on every redirect hop (redirects are followed here, not
@@ -48,7 +49,7 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from .retry import RETRY_EXCEPTIONS, RETRY_STATUSES, HostRateLimiter, RetriesExhausted, RetryPolicy, with_retries
+from .retry import RETRY_EXCEPTIONS, RETRY_STATUSES, BodyTooLarge, HostRateLimiter, RetriesExhausted, RetryPolicy, read_body, with_retries
 
 MODES = ("live", "record", "replay")
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -76,6 +77,7 @@ class FetchSettings:
 
     mode: str = "live"  # live | record | replay
     timeout_s: float = 20.0  # connect timeout and read timeout (between bytes)
+    total_timeout_s: float = 120.0  # longest one try may spend reading a body
     max_bytes: int = 20_000_000
     attempts: int = 4  # total tries per request, the first included
     backoff_s: float = 0.5  # first retry waits about this long, then doubles (with jitter)
@@ -376,9 +378,6 @@ class Fetcher:
             except RETRY_EXCEPTIONS as err:
                 last_error[:] = [err]
                 raise
-            except requests.exceptions.ChunkedEncodingError as err:
-                last_error[:] = [err]
-                raise requests.ConnectionError(f"body cut short: {err}") from err
             except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema, requests.exceptions.MissingSchema) as err:
                 raise FetchError("bad_url", f"{url}: {err}") from None
             except requests.RequestException as err:  # undecodable gzip, a malformed header...
@@ -402,17 +401,10 @@ class Fetcher:
         return response.status_code, response.reason or "", headers, body
 
     def _read(self, url: str, response: requests.Response) -> bytes:
-        limit = self.settings.max_bytes
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            raise FetchError("too_large", f"{url}: Content-Length {declared} > {limit} bytes")
-        chunks, size = [], 0
-        for chunk in response.iter_content(64 * 1024):
-            size += len(chunk)
-            if size > limit:
-                raise FetchError("too_large", f"{url}: body passed {limit} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        try:
+            return read_body(response, self.settings.total_timeout_s, self.settings.max_bytes)
+        except BodyTooLarge as err:
+            raise FetchError("too_large", f"{url}: {err}") from None
 
     @staticmethod
     def _read_error(response: requests.Response) -> bytes:

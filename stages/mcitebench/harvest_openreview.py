@@ -41,7 +41,7 @@ from tqdm import tqdm
 
 from stages.core.ids import content_id, sha256_hex
 from stages.core.images import pdf_path
-from stages.core.retry import HostRateLimiter, RetriesExhausted, RetryPolicy, with_retries
+from stages.core.retry import BodyTooLarge, HostRateLimiter, RetriesExhausted, RetryPolicy, read_body, with_retries
 from stages.core.stage import Output, Param, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
@@ -68,22 +68,6 @@ class TooLarge(ApiError):
     """A body past the byte cap; the rest of it is never read."""
 
 
-def read_capped(response: requests.Response, max_bytes: int, request: str) -> None:
-    """Stream a 200 body into `response.content`, or TooLarge as soon as it passes max_bytes."""
-    declared = response.headers.get("Content-Length", "")
-    too_large = declared.isdigit() and int(declared) > max_bytes
-    body = bytearray()
-    for chunk in () if too_large else response.iter_content(1 << 16):
-        body += chunk
-        if len(body) > max_bytes:
-            too_large = True
-            break
-    if too_large:
-        response.close()
-        raise TooLarge(f"{request}: the body passes {max_bytes} bytes")
-    response._content = bytes(body)  # what .content answers from now on (requests' own cache of the body)
-
-
 class OpenReviewClient:
     """GET requests against API v2, recorded to or replayed from a raw cache folder."""
 
@@ -98,6 +82,7 @@ class OpenReviewClient:
         self.timeout = timeout
         self.stats = stats
         self.session = requests.Session()
+        self.session.max_redirects = 5
 
     def close(self) -> None:
         self.session.close()
@@ -105,7 +90,7 @@ class OpenReviewClient:
     def login(self, user: str, password: str) -> None:
         try:
             response = self._send("POST", "/login", json_body={"id": user, "password": password})
-        except RetriesExhausted as err:
+        except (RetriesExhausted, requests.RequestException) as err:
             raise StageError(f"OpenReview login: {err}") from None
         if response.status_code != 200 or "token" not in response.json():
             raise StageError(f"OpenReview login as {user!r} failed: HTTP {response.status_code} {response.text[:200]}")
@@ -131,7 +116,7 @@ class OpenReviewClient:
         try:
             response = self._send("GET", path, params=params, max_bytes=max_bytes)
             error = None if response.status_code == 200 else f"HTTP {response.status_code} {response.text[:300]}"
-        except RetriesExhausted as err:
+        except (RetriesExhausted, requests.RequestException) as err:  # a redirect loop, a bad URL...
             error = str(err)
         except TooLarge:
             error, too_large = f"the body passes {max_bytes} bytes", True
@@ -145,7 +130,11 @@ class OpenReviewClient:
         return response.content
 
     def get_json(self, path: str, params: dict) -> dict:
-        return json.loads(self.get(path, params))
+        body = self.get(path, params)
+        try:
+            return json.loads(body)
+        except ValueError as err:
+            raise ApiError(f"GET {path}?{urlencode(params)}: not JSON ({err}): {body[:200]!r}") from None
 
     def _send(self, method: str, path: str, params: dict | None = None, json_body: dict | None = None,
               max_bytes: int = 0) -> requests.Response:
@@ -154,9 +143,11 @@ class OpenReviewClient:
         def call() -> requests.Response:
             self.limiter.wait(url)
             self.stats["http_requests"] += 1
-            response = self.session.request(method, url, params=params, json=json_body, timeout=self.timeout, stream=bool(max_bytes))
-            if max_bytes and response.status_code == 200:
-                read_capped(response, max_bytes, f"{method} {path}")  # inside the retried call, where requests reads an unstreamed body
+            response = self.session.request(method, url, params=params, json=json_body, timeout=self.timeout, stream=True)
+            try:  # inside the retried call: a body cut short or dripping past timeout_s is retried
+                read_body(response, self.timeout, max_bytes if response.status_code == 200 else 0)
+            except BodyTooLarge as err:
+                raise TooLarge(f"{method} {path}: {err}") from None
             return response
 
         def on_retry(_attempt: int, _why: str) -> None:
