@@ -10,7 +10,7 @@ an upstream server), unless a fault is queued for it. Faults are what real serve
     truncated        a correct Content-Length, half the body, then a clean close
     drip             headers, then the body one byte every `drip_interval` s (each gap shorter
                      than a read timeout, the whole longer than any sane deadline)
-    redirect_loop    302 to the same target, forever
+    redirect_loop    307 to the same target, forever
 
     with FaultyServer({"/img.png": (200, {"Content-Type": "image/png"}, png)}) as server:
         server.inject("/img.png", "reset")            # the next request only
@@ -129,7 +129,7 @@ class FaultyServer:
             extra = {"Retry-After": "1"} if fault == "429_retry_after" else {}
             return self._send(handler, status, {"Content-Type": "application/json", **extra}, json.dumps({"error": fault}).encode())
         if fault == "redirect_loop":
-            return self._send(handler, 302, {"Location": target}, b"")
+            return self._send(handler, 307, {"Location": target}, b"")  # 307 keeps the method and body
         status, headers, data = self._answer(handler.command, target, dict(handler.headers), body)
         if fault is None:
             return self._send(handler, status, headers, data)
