@@ -30,6 +30,7 @@ a redirect to another host gets none of them. Request headers are never recorded
 from __future__ import annotations
 
 import collections
+import gzip
 import io
 import ipaddress
 import json
@@ -37,6 +38,7 @@ import os
 import socket
 import tempfile
 import threading
+import zlib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
@@ -50,6 +52,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from .retry import RETRY_EXCEPTIONS, RETRY_STATUSES, BodyTooLarge, HostRateLimiter, RetriesExhausted, RetryPolicy, read_body, with_retries
+from .stage import StageError
 
 MODES = ("live", "record", "replay")
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -240,8 +243,17 @@ class _Recorded:
     failure: tuple[str, str] | None = None
 
 
+class DamagedArchive(StageError):
+    """A replay WARC that is empty, truncated or not a WARC: replaying part of it would turn its
+    lost records into ordinary `not_in_archive` rejects, so reading it fails instead."""
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"replay WARC {path} is damaged: {problem}")
+
+
 def load_archive(paths: tuple[str, ...]) -> dict[str, _Recorded]:
-    """url -> what was recorded for it (the first record of a url wins)."""
+    """url -> what was recorded for it (the first record of a url wins). Raises DamagedArchive
+    naming the file and where it breaks."""
     archive: dict[str, _Recorded] = {}
     for path in paths:
         try:
@@ -249,17 +261,54 @@ def load_archive(paths: tuple[str, ...]) -> dict[str, _Recorded]:
         except OSError as err:
             raise ValueError(f"cannot open replay WARC {path}: {err}") from None
         with stream:
-            for record in ArchiveIterator(stream):
-                url = record.rec_headers.get_header("WARC-Target-URI")
-                if not url or url in archive:
-                    continue
-                if record.rec_type == "response" and record.http_headers is not None:
-                    headers = {k.lower(): v for k, v in record.http_headers.headers}
-                    archive[url] = _Recorded(int(record.http_headers.get_statuscode()), headers, record.content_stream().read())
-                elif record.rec_type == "metadata" and record.rec_headers.get_header("Content-Type") == FAILURE_TYPE:
-                    failure = json.loads(record.content_stream().read())
-                    archive[url] = _Recorded(0, {}, failure=(failure["reason"], failure["detail"]))
+            _check_gzip(path, stream)
+            records, seen = ArchiveIterator(stream), 0
+            try:
+                for record in records:
+                    seen += 1
+                    body = record.content_stream().read()
+                    missing = getattr(record.raw_stream, "limit", 0)  # Content-Length promised more than the file holds
+                    offset = records.get_record_offset()  # (reads the record to its end: after the body)
+                    if not record.rec_headers.get_header("WARC-Record-ID") or not record.rec_headers.get_header("WARC-Type"):
+                        raise DamagedArchive(path, f"no WARC record at offset {offset} (missing WARC-Record-ID/WARC-Type)")
+                    if missing:
+                        raise DamagedArchive(path, f"the record at offset {offset} is cut short ({missing} bytes missing)")
+                    url = record.rec_headers.get_header("WARC-Target-URI")
+                    if not url or url in archive:
+                        continue
+                    if record.rec_type == "response" and record.http_headers is not None:
+                        headers = {k.lower(): v for k, v in record.http_headers.headers}
+                        archive[url] = _Recorded(int(record.http_headers.get_statuscode()), headers, body)
+                    elif record.rec_type == "metadata" and record.rec_headers.get_header("Content-Type") == FAILURE_TYPE:
+                        failure = json.loads(body)
+                        archive[url] = _Recorded(0, {}, failure=(failure["reason"], failure["detail"]))
+            except DamagedArchive:
+                raise
+            except Exception as err:  # warcio's ArchiveLoadFailed, a bad status line, undecodable JSON...
+                problem = " ".join(str(err).split())[:300]
+                raise DamagedArchive(path, f"unreadable after offset {records.offset}: {type(err).__name__}: {problem}") from None
+            if not seen:
+                raise DamagedArchive(path, "it holds no WARC record")
     return archive
+
+
+def _check_gzip(path: str, stream) -> None:
+    """A gzipped WARC must decompress to its end: a truncated or garbled file fails here, naming
+    the byte offset where it breaks (warcio alone stops quietly at the break)."""
+    head = stream.read(2)
+    stream.seek(0)
+    if not head:
+        raise DamagedArchive(path, "the file is empty")
+    if head != b"\x1f\x8b":
+        return  # an uncompressed WARC: the record checks apply
+    unzipped = gzip.GzipFile(fileobj=stream)
+    try:
+        while unzipped.read(1 << 20):
+            pass
+    except (OSError, EOFError, zlib.error) as err:
+        raise DamagedArchive(path, f"gzip stream broken near byte {stream.tell()}: {err}") from None
+    finally:
+        stream.seek(0)
 
 
 # -- the fetcher ----------------------------------------------------------------------------------

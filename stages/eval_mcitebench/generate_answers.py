@@ -21,7 +21,8 @@ Inputs: release: the release manifest JSON ({"path": folder}), or a release fold
 `mcitebench.jsonl`.
 Outputs: responses (eval_responses).
 Rejects: bad_record (a field missing or inconsistent: an item without a number), missing_image
-(an image file named by the record is absent), invalid_answer (the model call failed; raw and
+(an image file named by the record is absent), duplicate_id (a question_id already read: the
+first record keeps it), invalid_answer (the model call failed; raw and
 reason kept).
 Params: model, llm, vision, with_captions, seed, limit, max_tokens.
 """
@@ -143,6 +144,7 @@ def run(ctx):
         ctx.stats["records_in_release"] = len(lines)
         if params["limit"]:
             lines = lines[: params["limit"]]
+        seen: dict = {}  # question_id -> line it was first read on
         for n, line in enumerate(lines):
             ctx.add_input()
             try:
@@ -157,6 +159,11 @@ def run(ctx):
                 where = record.get("question_id", f"line:{n + 1}") if isinstance(record, dict) else f"line:{n + 1}"
                 ctx.reject(str(where), err.reason, f"{path}:{n + 1}: {err}")
                 continue
+            if record["question_id"] in seen:  # one response per (model, question): the first record wins
+                ctx.reject(str(record["question_id"]), "duplicate_id", f"{path}:{n + 1}: question_id {record['question_id']!r} "
+                           f"already read on line {seen[record['question_id']]}")
+                continue
+            seen[record["question_id"]] = n + 1
             views, images = shown(items, vision, params["with_captions"])
             row = {
                 "id": content_id("resp", params["model"], record["question_id"]),

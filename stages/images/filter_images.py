@@ -36,7 +36,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from stages.core.ids import sha256_hex
-from stages.core.images import ImageStore
+from stages.core.images import STORED_FORMATS, ImageStore
 from stages.core.release import file_digest
 from stages.core.stage import Input, Output, Param, Stage, StageError
 from stages.core.tables import TableWriter
@@ -102,7 +102,7 @@ def _load_rgb(store: ImageStore, sha: str) -> Image.Image | tuple[str, str]:
     if path is None:
         return "image_missing", f"{sha} is not in the store at {store.root}"
     try:
-        with Image.open(path) as im:
+        with Image.open(path, formats=STORED_FORMATS) as im:
             return im.convert("RGB")
     except (OSError, SyntaxError, ValueError) as err:
         return "broken_image", f"{path}: {type(err).__name__}: {err}"
