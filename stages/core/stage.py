@@ -19,10 +19,10 @@ and runs alone:
 
 `run(ctx)` reads inputs, writes rows through `ctx.writer(name)`/`ctx.write(name, rows)`, sends
 every dropped row to `ctx.reject(id, reason, detail)` and counts what it read with `ctx.add_input`.
-The runner then commits every output atomically, writes the rejects sidecar
-`<first output>.rejects.parquet` and `<first output>.report.json`, and checks the count invariant
-(rows in = rows out + rejected, over the outputs marked `counted`). A violation, an exception or
-a kill leaves no output behind.
+The runner checks the count invariant (rows in = rows out + rejected, over the outputs marked
+`counted`), then commits every output, the rejects sidecar `<first output>.rejects.parquet` and
+`<first output>.report.json` together: all or none. A violation, an exception or a kill leaves
+no output behind; the next successful run sweeps the temp files a kill left.
 """
 from __future__ import annotations
 
