@@ -63,15 +63,23 @@ def shell(command: str, cwd: Path, **kw) -> subprocess.Popen:
                             text=True, start_new_session=True, **kw)  # its own process group, to kill whole
 
 
+def calls_done(workdir: Path) -> int:
+    """Model calls the running filter_queries jobs have finished, read from their progress bars in
+    their logs (tqdm counts a call once the loop body, which caches it, is done). The test never
+    opens the cache while jobs write it."""
+    done = 0
+    for log in (workdir / "data/runs/demo/logs/m2rag").glob("filter_queries.*.log"):
+        counts = re.findall(r"(\d+)/\d+ \[", log.read_text(errors="replace"))
+        done += int(counts[-1]) if counts else 0
+    return done
+
+
 def cached_calls(workdir: Path) -> int:
-    path = workdir / "data/cache/llm.sqlite"
-    if not path.exists():
-        return 0
+    con = sqlite3.connect(workdir / "data/cache/llm.sqlite")
     try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1) as con:
-            return con.execute("select count(*) from calls").fetchone()[0]
-    except sqlite3.Error:  # not created yet
-        return 0
+        return con.execute("select count(*) from calls").fetchone()[0]
+    finally:
+        con.close()
 
 
 def release_version(workdir: Path) -> str:
@@ -96,14 +104,14 @@ def test_kill_mid_model_stage_then_the_readme_crash_command(tmp_path):
         procs.append(run)
         filtered = [killed / RUN / "filter_queries" / f"filtered_queries.{s}.parquet" for s in SHARDS]
         deadline = time.monotonic() + 600
-        while not (cached_calls(killed) >= 1 and not any(p.exists() for p in filtered)):
+        while not (calls_done(killed) >= 1 and not any(p.exists() for p in filtered)):
             assert run.poll() is None, f"the run ended before it could be killed:\n{run.communicate()[0][-3000:]}"
             assert not any(p.exists() for p in filtered), "filter_queries finished before a call was seen in the cache"
             assert time.monotonic() < deadline, "no model call reached the cache in time"
             time.sleep(0.05)
         os.killpg(run.pid, signal.SIGKILL)  # Snakemake and every job it started
         run.wait()
-        calls_before_kill = cached_calls(killed)
+        calls_before_kill = cached_calls(killed)  # (everyone that wrote it is dead now)
         killed_at = time.monotonic() - started
         assert calls_before_kill >= 1 and not any(p.exists() for p in filtered)
 
