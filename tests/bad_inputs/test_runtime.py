@@ -124,7 +124,7 @@ CLI_CASES = {
     "garbage_warc": "is damaged: no WARC record at offset 0",
     "garbage_gzip_warc": "is damaged: unreadable after offset 0",
     "truncated_uncompressed_warc": "is cut short",
-    "invalid_params_json": "--params: inline JSON does not parse",
+    "invalid_params_json": "--params: inline JSON is not valid JSON/YAML",
     "unknown_param_key": "unknown param(s) ['worker']",
     "unwritable_output_folder": "output 'images': cannot write",
 }
