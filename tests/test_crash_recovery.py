@@ -52,7 +52,7 @@ def m2rag_copy(dest: Path, limit: int) -> Path:
     for name, section in config.items():
         if isinstance(section, dict) and "enabled" in section and name != "m2rag":
             section["enabled"] = False
-    config["m2rag"]["harvest"]["limit"] = limit
+    config["m2rag"]["harvest_hub_dataset"]["limit"] = limit
     (dest / "config/config.yaml").write_text(yaml.safe_dump(config))
     return dest
 
