@@ -3,7 +3,8 @@ through `Fetcher.fetch(url)`.
 
 - Polite: per-host concurrency slots, per-host rate limit, retries with backoff on 429/5xx,
   timeouts and connection resets honouring Retry-After (stages.core.retry), a User-Agent.
-- Safe: http(s) only; connect and read timeouts; a byte cap checked against Content-Length and
+- Safe: http(s) only; connect and read timeouts, and a deadline for a whole body (a server
+  dripping bytes slower than it sends them never holds a fetch past `total_timeout_s`); a byte cap checked against Content-Length and
   again while streaming; an optional content-type check before the body is read; and an SSRF guard
   that refuses loopback, private, link-local, multicast, reserved, unspecified, non-global and
   cloud-metadata addresses. The guard runs on every redirect hop (redirects are followed here, not
@@ -29,6 +30,7 @@ a redirect to another host gets none of them. Request headers are never recorded
 from __future__ import annotations
 
 import collections
+import gzip
 import io
 import ipaddress
 import json
@@ -36,6 +38,7 @@ import os
 import socket
 import tempfile
 import threading
+import zlib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
@@ -48,7 +51,8 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from .retry import RETRY_EXCEPTIONS, RETRY_STATUSES, HostRateLimiter, RetriesExhausted, RetryPolicy, with_retries
+from .retry import RETRY_EXCEPTIONS, RETRY_STATUSES, BodyTooLarge, HostRateLimiter, RetriesExhausted, RetryPolicy, read_body, with_retries
+from .stage import StageError
 
 MODES = ("live", "record", "replay")
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -76,6 +80,7 @@ class FetchSettings:
 
     mode: str = "live"  # live | record | replay
     timeout_s: float = 20.0  # connect timeout and read timeout (between bytes)
+    total_timeout_s: float = 120.0  # longest one try may spend reading a body
     max_bytes: int = 20_000_000
     attempts: int = 4  # total tries per request, the first included
     backoff_s: float = 0.5  # first retry waits about this long, then doubles (with jitter)
@@ -238,8 +243,17 @@ class _Recorded:
     failure: tuple[str, str] | None = None
 
 
+class DamagedArchive(StageError):
+    """A replay WARC that is empty, truncated or not a WARC: replaying part of it would turn its
+    lost records into ordinary `not_in_archive` rejects, so reading it fails instead."""
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"replay WARC {path} is damaged: {problem}")
+
+
 def load_archive(paths: tuple[str, ...]) -> dict[str, _Recorded]:
-    """url -> what was recorded for it (the first record of a url wins)."""
+    """url -> what was recorded for it (the first record of a url wins). Raises DamagedArchive
+    naming the file and where it breaks."""
     archive: dict[str, _Recorded] = {}
     for path in paths:
         try:
@@ -247,17 +261,54 @@ def load_archive(paths: tuple[str, ...]) -> dict[str, _Recorded]:
         except OSError as err:
             raise ValueError(f"cannot open replay WARC {path}: {err}") from None
         with stream:
-            for record in ArchiveIterator(stream):
-                url = record.rec_headers.get_header("WARC-Target-URI")
-                if not url or url in archive:
-                    continue
-                if record.rec_type == "response" and record.http_headers is not None:
-                    headers = {k.lower(): v for k, v in record.http_headers.headers}
-                    archive[url] = _Recorded(int(record.http_headers.get_statuscode()), headers, record.content_stream().read())
-                elif record.rec_type == "metadata" and record.rec_headers.get_header("Content-Type") == FAILURE_TYPE:
-                    failure = json.loads(record.content_stream().read())
-                    archive[url] = _Recorded(0, {}, failure=(failure["reason"], failure["detail"]))
+            _check_gzip(path, stream)
+            records, seen = ArchiveIterator(stream), 0
+            try:
+                for record in records:
+                    seen += 1
+                    body = record.content_stream().read()
+                    missing = getattr(record.raw_stream, "limit", 0)  # Content-Length promised more than the file holds
+                    offset = records.get_record_offset()  # (reads the record to its end: after the body)
+                    if not record.rec_headers.get_header("WARC-Record-ID") or not record.rec_headers.get_header("WARC-Type"):
+                        raise DamagedArchive(path, f"no WARC record at offset {offset} (missing WARC-Record-ID/WARC-Type)")
+                    if missing:
+                        raise DamagedArchive(path, f"the record at offset {offset} is cut short ({missing} bytes missing)")
+                    url = record.rec_headers.get_header("WARC-Target-URI")
+                    if not url or url in archive:
+                        continue
+                    if record.rec_type == "response" and record.http_headers is not None:
+                        headers = {k.lower(): v for k, v in record.http_headers.headers}
+                        archive[url] = _Recorded(int(record.http_headers.get_statuscode()), headers, body)
+                    elif record.rec_type == "metadata" and record.rec_headers.get_header("Content-Type") == FAILURE_TYPE:
+                        failure = json.loads(body)
+                        archive[url] = _Recorded(0, {}, failure=(failure["reason"], failure["detail"]))
+            except DamagedArchive:
+                raise
+            except Exception as err:  # warcio's ArchiveLoadFailed, a bad status line, undecodable JSON...
+                problem = " ".join(str(err).split())[:300]
+                raise DamagedArchive(path, f"unreadable after offset {records.offset}: {type(err).__name__}: {problem}") from None
+            if not seen:
+                raise DamagedArchive(path, "it holds no WARC record")
     return archive
+
+
+def _check_gzip(path: str, stream) -> None:
+    """A gzipped WARC must decompress to its end: a truncated or garbled file fails here, naming
+    the byte offset where it breaks (warcio alone stops quietly at the break)."""
+    head = stream.read(2)
+    stream.seek(0)
+    if not head:
+        raise DamagedArchive(path, "the file is empty")
+    if head != b"\x1f\x8b":
+        return  # an uncompressed WARC: the record checks apply
+    unzipped = gzip.GzipFile(fileobj=stream)
+    try:
+        while unzipped.read(1 << 20):
+            pass
+    except (OSError, EOFError, zlib.error) as err:
+        raise DamagedArchive(path, f"gzip stream broken near byte {stream.tell()}: {err}") from None
+    finally:
+        stream.seek(0)
 
 
 # -- the fetcher ----------------------------------------------------------------------------------
@@ -403,9 +454,6 @@ class Fetcher:
             except RETRY_EXCEPTIONS as err:
                 last_error[:] = [err]
                 raise
-            except requests.exceptions.ChunkedEncodingError as err:
-                last_error[:] = [err]
-                raise requests.ConnectionError(f"body cut short: {err}") from err
             except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema, requests.exceptions.MissingSchema) as err:
                 raise FetchError("bad_url", f"{url}: {err}") from None
             except requests.RequestException as err:  # undecodable gzip, a malformed header...
@@ -429,16 +477,10 @@ class Fetcher:
         return response.status_code, response.reason or "", headers, body
 
     def _read(self, url: str, response: requests.Response, limit: int) -> bytes:
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            raise FetchError("too_large", f"{url}: Content-Length {declared} > {limit} bytes")
-        chunks, size = [], 0
-        for chunk in response.iter_content(64 * 1024):
-            size += len(chunk)
-            if size > limit:
-                raise FetchError("too_large", f"{url}: body passed {limit} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        try:
+            return read_body(response, self.settings.total_timeout_s, limit)
+        except BodyTooLarge as err:
+            raise FetchError("too_large", f"{url}: {err}") from None
 
     @staticmethod
     def _read_error(response: requests.Response) -> bytes:

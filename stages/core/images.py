@@ -5,8 +5,9 @@ store can move and be shared across runs.
 
 `normalize_image` is the gate in front of the store for images from outside (M2RAG §4.2.3 (1)
 "Caching & Conversion"): JPEG, PNG, GIF and WEBP are kept byte for byte once their first frame
-decodes; any other raster format Pillow reads (BMP, TIFF, ICO, PPM, ...) is converted to JPEG, with
-transparency flattened onto white. SVG is rejected (`unsupported_format`), not rasterised: a
+decodes; BMP and TIFF are converted to JPEG, with transparency flattened onto white. Pillow may
+use no other decoder (`DECODED_FORMATS`): anything else, EPS (which would run Ghostscript) or
+PSD included, is `not_an_image`. SVG is rejected (`unsupported_format`), not rasterised: a
 renderer is one more parser of untrusted input and SVG can pull external resources. The pixel
 limit is checked on the header, before any pixel is decoded, so a 50,000 x 50,000 PNG costs a
 few bytes of reading (`pixel_bomb`); undecodable bytes are `not_an_image`, a truncated or corrupt
@@ -55,6 +56,10 @@ class ImageStore:
 
 
 KEPT_FORMATS = {"JPEG": "jpeg", "PNG": "png", "GIF": "gif", "WEBP": "webp"}
+# The only decoders Pillow may use. Every `Image.open` passes one of these as `formats=`: left to
+# itself Pillow tries each format it knows, and an EPS file makes it run Ghostscript.
+STORED_FORMATS = tuple(KEPT_FORMATS)  # what the store holds
+DECODED_FORMATS = (*STORED_FORMATS, "BMP", "TIFF")  # what normalize_image reads (BMP, TIFF converted to JPEG)
 EXTENSIONS = {"jpeg": "jpg", "png": "png", "gif": "gif", "webp": "webp"}
 
 
@@ -81,7 +86,7 @@ def normalize_image(data: bytes, max_pixels: int, jpeg_quality: int = 95) -> Nor
     if _looks_like_svg(data):
         raise Reject("unsupported_format", "SVG is not rasterised")
     try:
-        with Image.open(io.BytesIO(data)) as im:  # parses the header only
+        with Image.open(io.BytesIO(data), formats=DECODED_FORMATS) as im:  # parses the header only
             width, height = im.size
             if width * height > max_pixels:
                 raise Reject("pixel_bomb", f"{width}x{height} = {width * height} pixels > {max_pixels}")
@@ -95,7 +100,7 @@ def normalize_image(data: bytes, max_pixels: int, jpeg_quality: int = 95) -> Nor
     except Image.DecompressionBombError as err:  # Pillow's own limit, should ours be higher
         raise Reject("pixel_bomb", str(err)) from None
     except UnidentifiedImageError:
-        raise Reject("not_an_image", f"{len(data)} bytes Pillow cannot identify, starting {data[:16]!r}") from None
+        raise Reject("not_an_image", f"{len(data)} bytes that are none of {'/'.join(DECODED_FORMATS)}, starting {data[:16]!r}") from None
     except (OSError, SyntaxError, ValueError, EOFError) as err:
         raise Reject("broken_image", f"{type(err).__name__}: {err}") from None
 

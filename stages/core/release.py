@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -20,7 +22,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .tables import atomic_write_bytes
+from .tables import atomic_write_bytes, sweep_stale_temps
+
+STARTED = time.time()  # temps older than this process are a killed run's
 
 
 # DuckDB files we hand to people (releases, the catalog) are written in a storage format that
@@ -87,7 +91,8 @@ def write_release(
     """
     final = Path(releases_dir) / name / version
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=final.parent))
+    sweep_stale_temps([final], before=STARTED)  # a killed earlier build's half folder
+    tmp = Path(tempfile.mkdtemp(prefix=f".{version}.", suffix=".tmp", dir=final.parent))
     try:
         (tmp / "parquet").mkdir()
         con = connect_portable(tmp / "benchmark.duckdb")
@@ -103,7 +108,7 @@ def write_release(
         if extra is not None:
             extra(tmp)
         if final.exists():  # same version = same content: swap the folder whole, never mix the two
-            old = final.with_name(f".{version}.old-{os.getpid()}")
+            old = final.with_name(f".{version}.{secrets.token_hex(4)}.tmp")
             os.replace(final, old)
             os.replace(tmp, final)
             shutil.rmtree(old, ignore_errors=True)

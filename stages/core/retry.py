@@ -1,9 +1,14 @@
 """Retries with backoff and per-host rate limits, shared by every HTTP client in citeforge
 (the fetch layer, the OpenReview API, the OpenAI-compatible model backend).
 
-A call is retried on 429, 5xx, timeouts and connection errors; a Retry-After header (seconds or
-an HTTP date) is honoured, capped by `max_sleep`; otherwise the wait grows exponentially with
-jitter. Anything else (a 404, a schema error) is returned or raised at once.
+A call is retried on 429, 5xx, timeouts, connection errors and bodies cut short (a reset
+mid-body, fewer bytes than Content-Length); a Retry-After header (seconds or an HTTP date) is
+honoured, capped by `max_sleep`; otherwise the wait grows exponentially with jitter. Anything else
+(a 404, a schema error) is returned or raised at once.
+
+`read_body` reads a streamed response within a deadline for the whole body: requests' read
+timeout only bounds the wait between two bytes, so a server that drips one byte a second would
+otherwise hold a client for as long as it likes.
 """
 from __future__ import annotations
 
@@ -16,11 +21,50 @@ from typing import Callable, TypeVar
 from urllib.parse import urlsplit
 
 import requests
+import urllib3.exceptions
 
 T = TypeVar("T")
 
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
-RETRY_EXCEPTIONS = (requests.Timeout, requests.ConnectionError)
+RETRY_EXCEPTIONS = (requests.Timeout, requests.ConnectionError, requests.exceptions.ChunkedEncodingError)
+
+
+class BodyTooLarge(ValueError):
+    """A body past its byte cap (the rest of it is not read)."""
+
+
+def read_body(response: requests.Response, deadline_s: float, max_bytes: int = 0) -> bytes:
+    """The body of a `stream=True` response, read within `deadline_s` seconds in all and at most
+    `max_bytes` (0: no cap). Raises requests.ReadTimeout past the deadline, requests.ConnectionError
+    for a body cut short (both retried by `with_retries`), BodyTooLarge past the cap."""
+    declared = response.headers.get("Content-Length", "")
+    if max_bytes and declared.isdigit() and int(declared) > max_bytes:
+        response.close()
+        raise BodyTooLarge(f"Content-Length {declared} > {max_bytes} bytes")
+    ends = time.monotonic() + deadline_s
+    body = bytearray()
+    try:
+        while True:
+            chunk = response.raw.read1(1 << 16, decode_content=True)  # returns what has arrived, so the deadline is checked often
+            if not chunk:
+                break
+            body += chunk
+            if max_bytes and len(body) > max_bytes:
+                raise BodyTooLarge(f"body passed {max_bytes} bytes")
+            if time.monotonic() > ends:
+                raise requests.exceptions.ReadTimeout(f"body not complete after {deadline_s:g} s ({len(body)} bytes read)")
+    except requests.RequestException:
+        raise
+    except urllib3.exceptions.ReadTimeoutError as err:
+        raise requests.exceptions.ReadTimeout(f"read timed out: {err}") from None
+    except (urllib3.exceptions.ProtocolError, OSError) as err:  # a reset, an IncompleteRead
+        raise requests.ConnectionError(f"body cut short after {len(body)} bytes: {err}") from None
+    except urllib3.exceptions.DecodeError as err:
+        raise requests.exceptions.ContentDecodingError(f"undecodable body: {err}") from None
+    finally:
+        response.close()
+    response._content = bytes(body)  # what .content/.json() answer from now on (requests' own cache)
+    return response._content
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ and runs alone:
         --params params.yaml          # or inline JSON: --params '{"min_answer_chars": 400}'
 
 Before `run(ctx)`, every file of every table input is checked against the input's declared
-table schema (`Input(..., table=...)`). `run(ctx)` reads inputs with `ctx.read`/`ctx.read_rows`, writes rows through `ctx.writer(name)`/`ctx.write(name, rows)`, and handles
-each input item in its scope, where raising `Reject(reason, detail)` drops it:
+table schema (`Input(..., table=...)`). `run(ctx)` reads inputs with `ctx.read`/`ctx.read_rows`,
+writes rows through `ctx.writer(name)`/`ctx.write(name, rows)`, and handles each input item in its
+scope, where raising `Reject(reason, detail)` drops it:
 
     for row in ctx.read_rows("posts"):
         with ctx.item(row["id"]):          # counts the item as read
@@ -27,10 +28,10 @@ each input item in its scope, where raising `Reject(reason, detail)` drops it:
                 raise Reject("empty_title", f"post {row['id']} has no title")
             ctx.write("questions", [...])
 
-The runner then commits every output atomically, writes the rejects sidecar
-`<first output>.rejects.parquet` and `<first output>.report.json`, and checks the count invariant
-(rows in = rows out + rejected, over the outputs marked `counted`). A violation, an exception or
-a kill leaves no output behind.
+The runner checks the count invariant (rows in = rows out + rejected, over the outputs marked
+`counted`), then commits every output, the rejects sidecar `<first output>.rejects.parquet` and
+`<first output>.report.json` together: all or none. A violation, an exception or a kill leaves
+no output behind; the next successful run sweeps the temp files a kill left.
 """
 from __future__ import annotations
 
@@ -39,7 +40,9 @@ import collections
 import contextlib
 import json
 import logging
+import os
 import sys
+import tempfile
 import textwrap
 import time
 from dataclasses import dataclass
@@ -51,7 +54,8 @@ import yaml
 
 from .errors import StageError
 from .layout import PLAIN_NAME, LayoutError, stage_module
-from .tables import REJECTS_SCHEMA, SchemaError, TableWriter, atomic_write_bytes, check_columns, read_tables, table_schema
+from .tables import (REJECTS_SCHEMA, SchemaError, TableWriter, check_columns, commit_together, read_tables, stage_bytes,
+                     sweep_stale_temps, table_schema)
 
 log = logging.getLogger("citeforge")
 
@@ -315,7 +319,9 @@ class Context:
         self.rows_in = 0
         self._file_rows: collections.Counter[str] = collections.Counter()  # rows a file output holds
         self.stats: collections.Counter[str] = collections.Counter()  # extra figures for the report
+        self.started_at = time.time()  # temps of our outputs older than this are a killed run's
         self._check_names()
+        self._check_writable()
 
     @classmethod
     def from_args(cls, stage: Stage, args: argparse.Namespace) -> "Context":
@@ -336,6 +342,19 @@ class Context:
             for path in paths:
                 if not Path(path).exists():
                     raise StageError(f"input {name!r}: {path} does not exist")
+
+    def _check_writable(self) -> None:
+        """Each output's folder can take a file: fail before the work, with one line, not after."""
+        for name, paths in self._outputs.items():
+            for path in paths:
+                folder = Path(path).parent
+                try:
+                    folder.mkdir(parents=True, exist_ok=True)
+                    fd, probe = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".tmp", dir=folder)
+                    os.close(fd)
+                    os.unlink(probe)
+                except OSError as err:
+                    raise StageError(f"output {name!r}: cannot write {path}: {err.strerror or err}") from None
 
     # inputs -------------------------------------------------------------------------------
     def has_input(self, name: str) -> bool:
@@ -438,8 +457,11 @@ class Context:
         return Path(self._outputs[first][0])
 
     def execute(self) -> dict:
+        """Run the stage, then commit every output, the rejects sidecar and the report together
+        (all or none), then sweep the temps a killed earlier run left beside them."""
         started = time.monotonic()
         self.check_inputs()
+        staged = []
         try:
             self.stage.run(self)
             for name, spec in self.stage.outputs.items():  # every declared table exists, even if empty
@@ -449,20 +471,38 @@ class Context:
             self.check_invariant()
             if self._rejects is None:  # an empty sidecar still documents "nothing rejected"
                 self._rejects = TableWriter(f"{self.sidecar_base}.rejects.parquet", REJECTS_SCHEMA, "rejects")
-            for writer in [*self._writers.values(), self._rejects]:
-                writer.commit()
+            for name, spec in self.stage.outputs.items():
+                if spec.table is None:
+                    for path in self._outputs[name]:
+                        if not Path(path).exists():
+                            raise StageError(f"output {name!r} was not written at {path}")
+            report = self._report(started)
+            staged = [writer.finish() for writer in [*self._writers.values(), self._rejects]]
+            staged.append((stage_bytes(f"{self.sidecar_base}.report.json", json.dumps(report, indent=2, default=str).encode()),
+                           Path(f"{self.sidecar_base}.report.json")))
+            try:
+                commit_together(staged)
+            except OSError as err:
+                raise StageError(f"cannot commit the outputs, none was: {err}") from None
         except BaseException:
             for writer in [*self._writers.values(), self._rejects]:
                 if writer is not None:
                     writer.abort()
+            for tmp, _ in staged:
+                tmp.unlink(missing_ok=True)
             raise
-        for name, spec in self.stage.outputs.items():
-            if spec.table is None:
-                for path in self._outputs[name]:
-                    if not Path(path).exists():
-                        raise StageError(f"output {name!r} was not written at {path}")
+        for writer in [*self._writers.values(), self._rejects]:
+            writer.release()
+        sweep_stale_temps(self._targets(), before=self.started_at)
+        return report
+
+    def _targets(self) -> list[Path]:
         base = self.sidecar_base
-        report = {
+        paths = [Path(p) for paths in self._outputs.values() for p in paths]
+        return paths + [Path(f"{base}.rejects.parquet"), Path(f"{base}.report.json")]
+
+    def _report(self, started: float) -> dict:
+        return {
             "stage": self.stage.name,
             "version": self.stage.version,
             "params": self.params,
@@ -473,8 +513,6 @@ class Context:
             "stats": dict(sorted(self.stats.items())),
             "seconds": round(time.monotonic() - started, 3),
         }
-        atomic_write_bytes(f"{base}.report.json", json.dumps(report, indent=2, default=str).encode())
-        return report
 
     def _invariant_problem(self) -> str | None:
         if self.stage.invariant is not None:

@@ -13,10 +13,19 @@ Types: string, int32, int64, float32, float64, bool, binary, timestamp,
 list<T>, struct<name:T, ...>, map<K,V>. Writing checks the data against the schema, and a
 mismatch fails with the table and column named. Writes go to a temp file in the same folder and
 are renamed into place on commit, so a killed stage never leaves a partial table.
+
+Temp files are `.<target name>.<random>.tmp` beside their target, locked (flock) while their
+writer lives. `commit_together` renames several at once, all or none; `sweep_stale_temps`
+removes the temps of given targets that a killed run left (older than the sweeping run, and not
+locked, so never one a live process is writing).
 """
 from __future__ import annotations
 
+import fcntl
 import os
+import re
+import secrets
+import shutil
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -166,10 +175,7 @@ class TableWriter:
         self.batch_rows = batch_rows
         self.rows_written = 0
         self._pending: list[dict] = []
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        os.close(fd)
-        self._tmp = Path(tmp)
+        self._fd, self._tmp = temp_beside(self.path)  # the fd holds the temp's lock until commit/abort
         self._writer = pq.ParquetWriter(self._tmp, schema, compression="zstd")
 
     def write(self, row: dict) -> None:
@@ -194,17 +200,29 @@ class TableWriter:
             self.rows_written += table.num_rows
             self._pending = []
 
-    def commit(self) -> None:
+    def finish(self) -> tuple[Path, Path]:
+        """Complete the temp file; (temp, target) for `commit_together`."""
         self._flush()
         self._writer.close()
         os.chmod(self._tmp, 0o644)
-        os.replace(self._tmp, self.path)
+        return self._tmp, self.path
+
+    def commit(self) -> None:
+        commit_together([self.finish()])
+        self.release()
 
     def abort(self) -> None:
         try:
             self._writer.close()
         finally:
             self._tmp.unlink(missing_ok=True)
+            self.release()
+
+    def release(self) -> None:
+        """Drop the temp's lock (after a commit renamed it, or an abort removed it)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def write_table(path: str | os.PathLike, rows: list[dict] | pa.Table, table: str) -> int:
@@ -248,14 +266,87 @@ def read_tables(paths: list[str] | str) -> pa.Table:
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = stage_bytes(path, data)
     try:
-        with os.fdopen(fd, "wb") as fh:
+        commit_together([(tmp, Path(path))])
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def stage_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """`data` in a complete temp file beside `path`, for `commit_together`."""
+    fd, tmp = temp_beside(Path(path))
+    try:
+        with os.fdopen(fd, "wb") as fh:  # closing it drops the lock: the file is complete
             fh.write(data)
         os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+    return tmp
+
+
+def temp_beside(path: Path) -> tuple[int, Path]:
+    """A new temp file `.<name>.<random>.tmp` in `path`'s folder (created if missing), with an
+    exclusive lock on the returned fd: `sweep_stale_temps` leaves it alone while the fd is open."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd, Path(tmp)
+
+
+def commit_together(staged: list[tuple[Path, Path]]) -> None:
+    """Rename every (temp, target) into place, all or none. A target that already exists is first
+    hard-linked aside (so it never vanishes); if a rename fails, the targets already renamed get
+    their old file back (or are removed when there was none) and the error is raised. A kill mid-way can leave a mix of old and new targets
+    but no partial file, and temps that a later sweep removes."""
+    done: list[tuple[Path, Path | None]] = []  # (target, where its old file went)
+    try:
+        for tmp, target in staged:
+            target, backup = Path(target), None
+            if len(staged) > 1 and os.path.lexists(target):  # keep the old file under a second name; the target never vanishes
+                backup = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+                os.link(target, backup, follow_symlinks=False)
+            done.append((target, backup))
+            os.replace(tmp, target)
+    except BaseException:
+        for target, backup in reversed(done):
+            if backup is None:
+                Path(target).unlink(missing_ok=True)
+            else:
+                os.replace(backup, target)
+        raise
+    for _, backup in done:
+        if backup is not None:
+            backup.unlink(missing_ok=True)
+
+
+def sweep_stale_temps(targets: Iterable[str | os.PathLike], before: float) -> list[Path]:
+    """Remove the temps of `targets` (`.<name>.<random>.tmp`, files or folders) that a killed run
+    left: only those last modified before `before` (the sweeping run's start) whose lock nobody
+    holds. Returns what was removed."""
+    removed = []
+    for target in map(Path, targets):
+        pattern = re.compile(rf"\.{re.escape(target.name)}\.[A-Za-z0-9_]{{8}}\.tmp")
+        try:
+            candidates = [p for p in target.parent.iterdir() if pattern.fullmatch(p.name)]
+        except FileNotFoundError:
+            continue
+        for tmp in candidates:
+            try:
+                if tmp.lstat().st_mtime >= before:
+                    continue
+                if tmp.is_dir():
+                    shutil.rmtree(tmp)
+                else:
+                    with open(tmp, "rb") as fh:
+                        try:
+                            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        except BlockingIOError:
+                            continue  # a live writer holds it
+                        tmp.unlink()
+            except FileNotFoundError:
+                continue
+            removed.append(tmp)
+    return removed

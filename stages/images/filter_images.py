@@ -36,7 +36,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from stages.core.ids import sha256_hex
-from stages.core.images import ImageStore
+from stages.core.images import STORED_FORMATS, ImageStore
 from stages.core.release import file_digest
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import TableWriter
@@ -103,7 +103,7 @@ def _load_rgb(store: ImageStore, sha: str) -> Image.Image | Reject:
     if path is None:
         return Reject("image_missing", f"{sha} is not in the store at {store.root}")
     try:
-        with Image.open(path) as im:
+        with Image.open(path, formats=STORED_FORMATS) as im:
             return im.convert("RGB")
     except (OSError, SyntaxError, ValueError) as err:
         return Reject("broken_image", f"{path}: {type(err).__name__}: {err}")

@@ -38,7 +38,7 @@ import pyarrow as pa
 from PIL import Image
 from tqdm import tqdm
 
-from stages.core.images import ImageStore
+from stages.core.images import STORED_FORMATS, ImageStore
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "1"
@@ -171,7 +171,7 @@ def phash_of(store: ImageStore, sha256: str) -> int | Reject:
     if path is None:
         return Reject("image_missing", f"{sha256} is not in the store at {store.root}")
     try:
-        with Image.open(path) as im:
+        with Image.open(path, formats=STORED_FORMATS) as im:
             return int(str(imagehash.phash(im)), 16)
     except (OSError, SyntaxError, ValueError) as err:
         return Reject("broken_image", f"{path}: {type(err).__name__}: {err}")

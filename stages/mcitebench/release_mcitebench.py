@@ -37,7 +37,7 @@ import pyarrow as pa
 from PIL import Image
 
 from stages.core.ids import sha256_hex
-from stages.core.images import ImageStore, flatten_to_rgb
+from stages.core.images import STORED_FORMATS, ImageStore, flatten_to_rgb
 from stages.core.release import md_table, publish_release
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import table_schema, to_arrow
@@ -81,7 +81,7 @@ def read_review(path: str) -> dict[str, tuple[str, str]]:
 
 def to_jpeg(data: bytes, quality: int) -> tuple[bytes, int, int]:
     """JPEG bytes (unchanged when already JPEG; transparency on white) and the image size."""
-    with Image.open(io.BytesIO(data)) as img:
+    with Image.open(io.BytesIO(data), formats=STORED_FORMATS) as img:
         size = img.size
         if img.format == "JPEG":
             return data, *size

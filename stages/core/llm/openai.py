@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import requests
 
-from stages.core.retry import RetriesExhausted, RetryPolicy, with_retries
+from stages.core.retry import RetriesExhausted, RetryPolicy, read_body, with_retries
 
 from .calls import Call, Result, yes_probability
 from .settings import LLMError
@@ -51,6 +51,7 @@ class OpenAIBackend:
         self.policy = RetryPolicy(attempts=opts["max_retries"])
         self.count = count
         self.session = requests.Session()
+        self.session.max_redirects = 5
         adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=self.concurrency)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
@@ -76,27 +77,36 @@ class OpenAIBackend:
             body["top_logprobs"] = 20
         return body
 
+    def _post(self, body: dict) -> requests.Response:
+        """One try; the answer is read in full within timeout_s (a dripping server is cut off)."""
+        response = self.session.post(self.url, json=body, timeout=self.timeout, stream=True)
+        read_body(response, self.timeout)
+        return response
+
     def _one(self, call: Call) -> Result:
         body = self.body(call)
         try:
-            response = with_retries(
-                lambda: self.session.post(self.url, json=body, timeout=self.timeout),
-                self.policy,
-                on_retry=lambda attempt, why: self.count("llm_http_retries"),
-            )
+            response = with_retries(lambda: self._post(body), self.policy,
+                                    on_retry=lambda attempt, why: self.count("llm_http_retries"))
         except RetriesExhausted as err:
             raise LLMError(f"openai backend {self.url}: {err}") from None
+        except requests.RequestException as err:  # a redirect loop, a bad URL...
+            raise LLMError(f"openai backend {self.url}: {type(err).__name__}: {err}") from None
         if response.status_code != 200:
             return Result(response.text[:2000], error=f"backend: HTTP {response.status_code} from {self.url}")
-        data = response.json()
-        choice = data["choices"][0]
-        usage = data.get("usage") or {}
+        try:
+            data = response.json()
+            choice = data["choices"][0]
+            text = choice["message"].get("content") or ""
+            usage = data.get("usage") or {}
+            content = (choice.get("logprobs") or {}).get("content") or []
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as err:
+            return Result(response.text[:2000], error=f"backend: malformed response from {self.url}: {type(err).__name__}: {err}")
         p_yes = None
-        content = (choice.get("logprobs") or {}).get("content") or []
         if call.kind == "yesno" and content:
             first = content[0]
             p_yes = yes_probability([(t["token"], t["logprob"]) for t in first.get("top_logprobs") or [first]])
-        return Result(choice["message"].get("content") or "", p_yes, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
+        return Result(text, p_yes, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
                       finish_reason=choice.get("finish_reason"))
 
     def generate(self, calls: list[Call]) -> Iterator[tuple[int, Result]]:
