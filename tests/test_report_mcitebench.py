@@ -45,7 +45,8 @@ def inputs(tmp_path):
             {"params": {"model": model}, "rows_in": len(rows) + 1, "rows_out": {"responses": len(rows)}, "rejected": 1,
              "rejected_by_reason": {"invalid_answer": 1}}))
         write_table(paths["scores"], scores[model], "eval_scores")
-        write_table(paths["summary"], summarize(model, scores[model]), "eval_summary")
+        reference = [{**row, "citation_f1": 10.0} for row in scores[model]]  # stands in for the reference mode's numbers
+        write_table(paths["summary"], summarize(model, scores[model]) + summarize(model, reference, "reference"), "eval_summary")
         write_table(paths["probe"], probes[model], "eval_probe")
         args += [a for name, path in paths.items() for a in ("--input", f"{name}={path}")]
     return args
@@ -99,3 +100,18 @@ def test_stored_row_counts_are_checked_against_the_inputs(tmp_path):
     check_stored(str(path), {"scores": 2})
     with pytest.raises(StageError, match="scores"):
         check_stored(str(path), {"scores": 3})
+
+
+def test_report_prints_both_scoring_modes_labelled(tmp_path, inputs):
+    for headline, other in (("strict", "reference"), ("reference", "strict")):
+        out = {"report": tmp_path / f"{headline}.md", "plot": tmp_path / f"{headline}.png", "db": tmp_path / f"{headline}.duckdb"}
+        STAGE.main(inputs + [a for name, path in out.items() for a in ("--output", f"{name}={path}")] + ["--param", f"scoring={headline}"])
+        text = out["report"].read_text()
+        first = text.index(f"## Main results (cf. Table 2), {headline} scoring\n")
+        second = text.index(f"## Main results (cf. Table 2), {other} scoring (for comparison)")
+        assert first < second
+        assert "left out of the citation and source means" in text and "a failed judge call is missing" in text
+        reference_table = text.split("reference scoring")[1].split("##")[0]
+        assert "| small | No Cap., text-only | 10.00 |" in reference_table and "| large | No Cap., text-only | 10.00 |" in reference_table
+        overall = text.split(f"## All metrics, overall ({headline} scoring)")[1].split("##")[0]
+        assert ("| small | No Cap., text-only | 50.00 | 50.00 | 10.00 |" in overall) == (headline == "reference")

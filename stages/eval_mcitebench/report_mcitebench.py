@@ -9,6 +9,9 @@ Tables 2, 3 and 4, and a plot of S-EM by evidence modality (mcitebench.txt §5.2
   C-F1 or Acc is missing because a judge call failed, so no mean hides what it left out.
 Every figure is read from the score stage's summary (means over the responses where a metric is
 present); "–" marks a group with no question, "n/a" a group whose metric is missing everywhere.
+Table 2 is printed in both scoring modes, labelled, the configured one (`scoring`) first: strict
+(our documented choices) and reference (MCiteBench's public scorer's aggregation), with a
+sentence on what differs; the other tables use the configured mode.
 
 Inputs: responses, scores, summary, probe (one file per model each); optionally citations,
 sentences, citation_judgements, answer_judgements, stored alongside for queries. Each responses
@@ -19,7 +22,7 @@ table's row count must equal its Parquet files' row counts (from their footers),
 is moved into place; the stage writes no table, so the runner's row count is 0 = 0. The file is
 created in the portable storage format (stages.core.release.connect_portable) so the duckdb CLI
 opens it.
-Params: title.
+Params: title, scoring (strict | reference: the headline mode).
 """
 from __future__ import annotations
 
@@ -39,11 +42,20 @@ from stages.core.release import md_table, portable_duckdb_file  # noqa: E402
 from stages.core.stage import Input, Output, Param, Stage, StageError  # noqa: E402
 from stages.core.tables import atomic_write_bytes  # noqa: E402
 
-VERSION = "1"
+VERSION = "2"
 HEADLINE = [("citation_f1", "C-F1"), ("source_f1", "S-F1"), ("source_em", "S-EM"), ("accuracy", "Acc")]
 MODALITIES = [("figure", "Fig."), ("table", "Tab."), ("text", "Text"), ("mixed", "Mix")]
 TYPE_SOURCE = ["explanation/single", "explanation/multi", "locating/single", "locating/multi"]
 DETAIL = ("citations", "sentences", "citation_judgements", "answer_judgements")  # optional, stored for queries
+
+
+SCORING_NOTE = {
+    "strict": "Strict scoring (ours): a response without citations is kept with citation and source scores 0, "
+              "a failed judge call is missing (never 0), an empty response is rated 0.",
+    "reference": "Reference scoring (MCiteBench's public scorer's aggregation): a response without citations is left out "
+                 "of the citation and source means, a failed citation judge call scores 0, and a failed or empty answer "
+                 "rating counts as its -1 sentinel (-50 in the accuracy mean); \"(k missing)\" counts the responses left out.",
+}
 
 
 def _cell(summary: dict, model: str, grouping: str, grp: str, metric: str) -> str:
@@ -179,7 +191,14 @@ def run(ctx):
         con.executemany("insert into coverage values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", coverage_rows(con, ctx.input_paths("responses")))
         models = [r[0] for r in con.execute("select distinct model from scores order by model").fetchall()]
         setting = settings_of(con, models)
-        summary = {(r["model"], r["grouping"], r["grp"], r["metric"]): r for r in ctx.read_rows("summary")}
+        by_mode: dict[str, dict] = {"strict": {}, "reference": {}}
+        for r in ctx.read_rows("summary"):
+            by_mode.setdefault(r["scoring"], {})[(r["model"], r["grouping"], r["grp"], r["metric"])] = r
+        headline = ctx.params["scoring"]
+        if headline not in by_mode:
+            raise StageError(f"param scoring must be one of {sorted(by_mode)}, got {headline!r}")
+        summary = by_mode[headline]
+        modes = [headline] + [m for m in by_mode if m != headline]
         coverage = con.execute("select * exclude (failed_by_reason) from coverage order by model").fetchall()
         cov_headers = ["Model", "Questions", "Responses", "Failed generations", "Scored", "C-F1 missing", "Acc missing",
                        "Failed judge calls", "Vision", "Captions"]
@@ -191,9 +210,11 @@ def run(ctx):
             "## Coverage", md_table(cov_headers, [list(r) for r in coverage]),
             "Setting: \"Cap.\" rows had figure and table captions after their images, as in the seed's main results "
             "(Table 2); \"No Cap.\" rows are the Table 14 ablation; \"text-only\" models read captions or labels in place of images.",
-            "## Main results (cf. Table 2)", table2(summary, models, setting),
-            "## All metrics, overall", overall(summary, models, setting),
-            "## Scores by evidence modality (cf. Table 4)", table4(summary, models, setting),
+            *[part for mode in modes for part in (
+                f"## Main results (cf. Table 2), {mode} scoring{'' if mode == headline else ' (for comparison)'}",
+                SCORING_NOTE[mode], table2(by_mode[mode], models, setting))],
+            f"## All metrics, overall ({headline} scoring)", overall(summary, models, setting),
+            f"## Scores by evidence modality (cf. Table 4), {headline} scoring", table4(summary, models, setting),
             "## Source identification, multiple choice (cf. Table 3)", table3(con, models),
             *(["## Citation judgements by how items were shown (judge calls made)", judge_modes(con, models)]
               if ctx.has_input("citation_judgements") else []),
@@ -219,7 +240,10 @@ STAGE = Stage(
         "plot": Output(None, "PNG: S-EM by modality"),
         "db": Output(None, "DuckDB file with the evaluation tables"),
     },
-    params={"title": Param(str, "MCiteBench evaluation", "report heading")},
+    params={
+        "title": Param(str, "MCiteBench evaluation", "report heading"),
+        "scoring": Param(str, "strict", "the headline scoring mode: strict or reference (both are printed)"),
+    },
     run=run,
 )
 
