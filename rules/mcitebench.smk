@@ -65,9 +65,11 @@ if MC.get("enabled", False):
             stage=stage_code("pair_evidence"),
             qa=[rules.extract_explanation_qa.output.qa, rules.generate_locating_qa.output.qa],
             elements=_ELEMENTS,
+            review=[MC["pairing_review"]] if MC.get("pairing_review") else [],
         output:
             questions=run_path("mcitebench", "pair_evidence", "paired_questions"),
             evidence=run_path("mcitebench", "pair_evidence", "evidence"),
+            pairing_sheet=f"{RUNDIR}/mcitebench/pair_evidence/pairing_sheet.csv",
         params:
             io=stage_io,
             version=stage_version("pair_evidence"),

@@ -11,7 +11,7 @@ UPSTREAM = [  # in DAG order: each file is older than the ones after it
     "harvest_openreview/papers.parquet", "harvest_openreview/reviews.parquet", "harvest_openreview/comments.parquet",
     "harvest_openreview/threads.parquet", "parse_pdfs/elements.parquet",
     "extract_explanation_qa/explanation_qa.parquet", "generate_locating_qa/locating_qa.parquet",
-    "pair_evidence/paired_questions.parquet", "pair_evidence/evidence.parquet",
+    "pair_evidence/paired_questions.parquet", "pair_evidence/evidence.parquet", "pair_evidence/pairing_sheet.csv",
     "sample_distractors/sampled_questions.parquet", "sample_distractors/distractors.parquet",
     "check_questions/screened_questions.parquet",
     "quality_control/checked_questions.parquet", "quality_control/judgements.parquet", "quality_control/review_sheet.csv",

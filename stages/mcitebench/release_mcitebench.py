@@ -33,7 +33,6 @@ Invariant: questions in = questions released + rejected.
 from __future__ import annotations
 
 import collections
-import csv
 import io
 import json
 from pathlib import Path
@@ -46,6 +45,7 @@ from stages.core.ids import sha256_hex
 from stages.core.images import ImageStore, flatten_to_rgb
 from stages.core.quotas import check_quotas, sample as quota_sample
 from stages.core.release import md_table, publish_release
+from stages.core.review import read_sheet
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import table_schema, to_arrow
 from stages.core.evidence import label_key
@@ -73,17 +73,10 @@ TABLE1_SQL = [
 
 def read_review(path: str) -> dict[str, tuple[str, str]]:
     """question_id -> (decision, note) from a filled-in review sheet; bad rows fail naming them."""
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        if not reader.fieldnames or "question_id" not in reader.fieldnames or "decision" not in reader.fieldnames:
-            raise StageError(f"review sheet {path}: needs columns question_id and decision, has {reader.fieldnames}")
-        decisions = {}
-        for line, row in enumerate(reader, start=2):
-            value = (row["decision"] or "").strip().lower()
-            if value not in DECISIONS:
-                raise StageError(f"review sheet {path}, line {line} ({row['question_id']}): decision must be keep, reject or empty, got {row['decision']!r}")
-            decisions[row["question_id"]] = (DECISIONS[value], (row.get("note") or "").strip())
-    return decisions
+    def check(row):
+        return None if row["decision"].lower() in DECISIONS else f"decision must be keep, reject or empty, got {row['decision']!r}"
+    return {row["question_id"]: (DECISIONS[row["decision"].lower()], row.get("note", ""))
+            for row in read_sheet(path, "question_id", ["decision"], check)}
 
 
 def to_jpeg(data: bytes, quality: int) -> tuple[bytes, int, int]:
