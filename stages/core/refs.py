@@ -27,17 +27,18 @@ The grammar of a reference phrase is HEAD ITEM (SEP ITEM)*:
   ("3a", "3(b)", "3 (a-c)"), folded into the figure. Letters inside numbers must be upper case
   ("Table A.2"; "Section 4, we" does not read "W"). A number ends where no digit, decimal part or
   percent sign follows ("Table 3, 85.2%" is one reference).
-- SEP: a tight "/" always continues the list ("Table 2/3/4/5"). A loose separator ("," ", and"
-  "and" "or" "&") continues it only into an item that closes the phrase: one followed by
-  punctuation, a bracket, emphasis marks, the end of the text or a further separator and item.
-  So "In Figure 1, 3 of the 5 runs" and "Table 2, 4.1 points higher" stay one reference, while
-  "Tables 2, 3 and 4." is three. After a plural head ("Figures", "Figs.", "Tables", "§§") "and" /
-  "or" need no closing ("Figures 2 and 3 show"): a plural head announces a list.
+- SEP: "/", "and", "or", "&" (", and", ", or") continue the list ("Table 2/3/4/5", "Figure 2 and
+  3"). A comma or semicolon after a singular head continues it only into an item that closes the
+  phrase: one followed by punctuation, a bracket, emphasis marks, the end of the text or a further
+  separator and item. So "In Figure 1, 3 of the 5 runs" and "Table 2, 4.1 points higher" stay one
+  reference, while "Table 2, 3." and "Tables 2, 3 and 4." are lists. After a plural head
+  ("Figures", "Figs.", "Tables", "Tabs.", "Sections", "§§") a comma always continues the list
+  ("Figures 2, 3 show"): a plural head announces one.
 
 A citation bracket is "[" ITEM (SEP ITEM)* "]" where an ITEM is a text index ("1", a range "1-3"
 or "1 to 3") or a reference phrase of the grammar above, and SEP is "," ";" "&" "/" "and" "or";
-after a singular head "," and ";" end the phrase, so a bare number after them is an index
-("[Table 3; 2]", "[2, Fig. 4, 5]"), while "and" still continues it ("[Figure 1 and 3]");
+inside a bracket "," and ";" after a singular head end the phrase, so a bare number after them is
+an index ("[Table 3; 2]", "[2, Fig. 4, 5]"), while "and" still continues it ("[Figure 1 and 3]");
 markdown emphasis inside is ignored ("[**1**]"). A bracket that does not parse whole is no
 citation ("[Smith et al., 2020]"); a bare year "[2024]" is an index by this grammar.
 
@@ -54,9 +55,9 @@ from dataclasses import dataclass
 _LABEL = {"figure": "Figure", "table": "Table", "section": "Section", "line": "Line", "appendix": "Appendix"}
 
 _DASH = r"(?:\s*[-\u2010-\u2015~]\s*|\s+(?:to|through)\s+)"
-_TIGHT = r"\s*/\s*"
-_LOOSE = r"(?:\s*[,;]\s*(?:and\s+|or\s+)?|\s*&\s*|\s+and\s+|\s+or\s+)"
+_SLASH = r"\s*/\s*"
 _AND_OR = r"(?:\s*,?\s*(?:and|or)\s+|\s*&\s*)"
+_COMMA = r"\s*[,;]\s*"
 # Figure/table numbers: "3", "4.2", "A1", "A.2", "S3"; sub-figure suffix "3a", "3(b)", "3 (a-c)".
 _FT_NUM = r"(?:(?-i:[A-Z])\.?)?\d+(?:\.\d+)?"
 _SUBFIG = r"(?:[a-h](?![A-Za-z])|\s?\([a-h](?:\s*[-,\u2013]\s*[a-h])*\))?"
@@ -89,13 +90,12 @@ def _item(kind: str) -> str:
 def _kind_pattern(kind: str, bracket: bool = False) -> str:
     item = _item(kind)
     # An item closes the phrase when punctuation, a bracket, emphasis, the end or another item follows.
-    closes = rf"(?=\s*(?:[.,;:!?)\]}}*_\"'\u201d]|$)|(?:{_TIGHT}|{_LOOSE}){item})"
+    closes = rf"(?=\s*(?:[.,;:!?)\]}}*_\"'\u201d]|$)|(?:{_SLASH}|{_AND_OR}|{_COMMA}){item})"
     singular, plural = _HEADS[kind]
-    loose_closed = rf"{_LOOSE}{item}{closes}"
+    listed = rf"{_SLASH}{item}|{_AND_OR}{item}"
     # Inside a citation bracket "," and ";" separate the bracket's items: "[Table 3; 2]" is Table 3 and [2].
-    one_loose = rf"{_AND_OR}{item}{closes}" if bracket else loose_closed
-    one = rf"{singular}\s*{item}(?:{_TIGHT}{item}|{one_loose})*"
-    many = rf"{plural}\s*{item}(?:{_TIGHT}{item}|{_AND_OR}{item}|{loose_closed})*"
+    one = rf"{singular}\s*{item}(?:{listed})*" if bracket else rf"{singular}\s*{item}(?:{listed}|{_COMMA}{item}{closes})*"
+    many = rf"{plural}\s*{item}(?:{listed}|{_COMMA}{item})*"
     return rf"(?P<{kind}>{many}|{one})"
 
 
