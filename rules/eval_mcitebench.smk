@@ -133,7 +133,7 @@ if EV.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("score_mcitebench"),
-            settings=settings({}),
+            settings=settings(EV.get("score_mcitebench", {})),
         log:
             log_path("eval_mcitebench", "score_mcitebench", "{m}"),
         benchmark:
@@ -221,7 +221,7 @@ if EV.get("enabled", False):
             params:
                 io=stage_io,
                 version=stage_version("score_mcitebench"),
-                settings=settings({"scoring": EV.get("scoring", "strict")}),
+                settings=settings(EV.get("score_mcitebench", {})),
             log:
                 log_path("eval_mcitebench", "score_mcitebench_swap", "{m}"),
             benchmark:

@@ -312,8 +312,8 @@ STAGE = Stage(
     },
     params={
         "title": Param(str, "MCiteBench evaluation", "report heading"),
-        "scoring": Param(str, "strict", "the headline scoring mode: strict or reference (both are printed)"),
-        "judges": Param(list, [], "names of the judge and the swap judge, for the judge swap table"),
+        "scoring": Param(str, "strict", "the headline scoring mode: strict or reference (both are printed)", choices=("strict", "reference")),
+        "judges": Param(list, [], "names of the judge and the swap judge, for the judge swap table", items=str),
     },
     run=run,
 )

@@ -208,7 +208,8 @@ STAGE = Stage(
         "scores": Output("eval_scores", "one row per response"),
         "summary": Output("eval_summary", "means per group", counted=False),
     },
-    params={"scoring": Param(str, "strict", "strict (our documented choices) or reference (MCiteBench's public scorer's aggregation): the per-response scores' mode")},
+    params={"scoring": Param(str, "strict", "strict (our documented choices) or reference (MCiteBench's public scorer's aggregation): the per-response scores' mode",
+                             choices=SCORING)},
     run=run,
 )
 

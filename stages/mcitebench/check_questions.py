@@ -155,9 +155,9 @@ STAGE = Stage(
     },
     outputs={"questions": Output("mcitebench_questions", "questions that pass every deterministic check")},
     params={
-        "example_prompts": Param(list, ["mcitebench_locating_qa", "mcitebench_explanation_qa"], "prompt files whose quoted examples a question must not copy"),
-        "near_ratio": Param(float, 0.9, "similarity ratio (0-1) of normalised texts from which two questions count as the same"),
-        "min_word_overlap": Param(float, 0.5, "least share of a locating answer's content words found in its evidence"),
+        "example_prompts": Param(list, ["mcitebench_locating_qa", "mcitebench_explanation_qa"], "prompt files whose quoted examples a question must not copy", items=str),
+        "near_ratio": Param(float, 0.9, "similarity ratio (0-1) of normalised texts from which two questions count as the same", min=0, max=1),
+        "min_word_overlap": Param(float, 0.5, "least share of a locating answer's content words found in its evidence", min=0, max=1),
         "check_figures": Param(bool, False, "also check answers about figures against their captions"),
     },
     run=run,
