@@ -164,7 +164,7 @@ if EV.get("enabled", False):
     # App. D.1 (Table 13): the same judgements and scores under a second judge, when one is configured.
     _SWAP = EV.get("swap_judge")
     if _SWAP:
-        _SWAP_SETTINGS = {"judge": _SWAP["name"], "llm": llm_with(_SWAP.get("llm")), "vision": _SWAP.get("vision")}
+        _SWAP_SETTINGS = {"judge": _SWAP["name"], "llm": llm_settings(config.get("llm"), _SWAP.get("llm")), "vision": _SWAP.get("vision")}
 
         rule judge_citations_swap:
             input:
