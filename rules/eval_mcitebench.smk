@@ -133,7 +133,7 @@ if EV.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("score_mcitebench"),
-            settings=settings({}),
+            settings=settings(EV.get("score_mcitebench", {})),
         log:
             log_path("eval_mcitebench", "score_mcitebench", "{m}"),
         benchmark:
@@ -161,6 +161,98 @@ if EV.get("enabled", False):
         shell:
             stage_shell("probe_source_identification")
 
+    # App. D.1 (Table 13): the same judgements and scores under a second judge, when one is configured.
+    _SWAP = EV.get("swap_judge")
+    if _SWAP:
+        _SWAP_SETTINGS = {"judge": _SWAP["name"], "llm": llm_settings(config.get("llm"), _SWAP.get("llm")), "vision": _SWAP.get("vision")}
+
+        rule judge_citations_swap:
+            input:
+                stage=stage_code("judge_citations"),
+                prompts=prompt_files("mcitebench_judge_support", "mcitebench_judge_relevance"),
+                responses=rules.generate_answers.output.responses,
+                sentences=rules.split_citations.output.sentences,
+            output:
+                judgements=_ev("judge_citations_swap", "citation_judgements"),
+            params:
+                io=stage_io,
+                version=stage_version("judge_citations"),
+                settings=settings(_SWAP_SETTINGS),
+            resources:
+                gpu=gpus(_SWAP_SETTINGS["llm"]),
+            log:
+                log_path("eval_mcitebench", "judge_citations_swap", "{m}"),
+            benchmark:
+                bench_path("eval_mcitebench", "judge_citations_swap", "{m}")
+            shell:
+                stage_shell("judge_citations")
+
+        rule judge_answers_swap:
+            input:
+                stage=stage_code("judge_answers"),
+                prompts=prompt_files("mcitebench_judge_explanation", "mcitebench_judge_locating"),
+                responses=rules.generate_answers.output.responses,
+            output:
+                judgements=_ev("judge_answers_swap", "answer_judgements"),
+            params:
+                io=stage_io,
+                version=stage_version("judge_answers"),
+                settings=settings({k: v for k, v in _SWAP_SETTINGS.items() if k != "vision"}),
+            resources:
+                gpu=gpus(_SWAP_SETTINGS["llm"]),
+            log:
+                log_path("eval_mcitebench", "judge_answers_swap", "{m}"),
+            benchmark:
+                bench_path("eval_mcitebench", "judge_answers_swap", "{m}")
+            shell:
+                stage_shell("judge_answers")
+
+        rule score_mcitebench_swap:
+            input:
+                stage=stage_code("score_mcitebench"),
+                responses=rules.generate_answers.output.responses,
+                citations=rules.split_citations.output.citations,
+                sentences=rules.split_citations.output.sentences,
+                citation_judgements=rules.judge_citations_swap.output.judgements,
+                answer_judgements=rules.judge_answers_swap.output.judgements,
+            output:
+                scores=_ev("score_mcitebench_swap", "scores"),
+                summary=_ev("score_mcitebench_swap", "summary"),
+            params:
+                io=stage_io,
+                version=stage_version("score_mcitebench"),
+                settings=settings(EV.get("score_mcitebench", {})),
+            log:
+                log_path("eval_mcitebench", "score_mcitebench_swap", "{m}"),
+            benchmark:
+                bench_path("eval_mcitebench", "score_mcitebench_swap", "{m}")
+            shell:
+                stage_shell("score_mcitebench")
+
+    # App. C.3 (Table 12): a label sheet of every citation judgement; with evaluate.human_labels,
+    # the judge's precision / recall / F1 against the labels.
+    rule validate_judge:
+        input:
+            stage=stage_code("validate_judge"),
+            responses=expand(rules.generate_answers.output.responses, m=_M),
+            sentences=expand(rules.split_citations.output.sentences, m=_M),
+            citation_judgements=expand(rules.judge_citations.output.judgements, m=_M),
+            labels=[EV["human_labels"]] if EV.get("human_labels") else [],
+        output:
+            labels=f"{RUNDIR}/eval_mcitebench/validate_judge/labels.parquet",
+            agreement=f"{RUNDIR}/eval_mcitebench/validate_judge/agreement.parquet",
+            label_sheet=f"{RUNDIR}/eval_mcitebench/validate_judge/label_sheet.csv",
+        params:
+            io=stage_io,
+            version=stage_version("validate_judge"),
+            settings=settings({}),
+        log:
+            f"{RUNDIR}/logs/eval_mcitebench/validate_judge.log",
+        benchmark:
+            f"{RUNDIR}/benchmarks/eval_mcitebench/validate_judge.tsv"
+        shell:
+            stage_shell("validate_judge")
+
     _PER_MODEL = {
         "responses": rules.generate_answers.output.responses,
         "citations": rules.split_citations.output.citations,
@@ -176,14 +268,19 @@ if EV.get("enabled", False):
         input:
             stage=stage_code("report_mcitebench"),
             **{name: expand(path, m=_M) for name, path in _PER_MODEL.items()},
+            swap_summary=expand(rules.score_mcitebench_swap.output.summary, m=_M) if _SWAP else [],
+            agreement=rules.validate_judge.output.agreement if EV.get("human_labels") else [],
         output:
             report=f"{RUNDIR}/eval_mcitebench/report_mcitebench/report.md",
             plot=f"{RUNDIR}/eval_mcitebench/report_mcitebench/sem_by_modality.png",
+            rq2_plot=f"{RUNDIR}/eval_mcitebench/report_mcitebench/sem_by_modality_pair.png",
             db=f"{RUNDIR}/eval_mcitebench/report_mcitebench/evaluation.duckdb",
         params:
             io=stage_io,
             version=stage_version("report_mcitebench"),
-            settings=settings({"title": "MCiteBench evaluation", **EV.get("report_mcitebench", {})}),
+            settings=settings({"title": "MCiteBench evaluation", **EV.get("report_mcitebench", {}),
+                               "scoring": EV.get("score_mcitebench", {}).get("scoring", "strict"),
+                               "judges": [_JUDGE["name"], _SWAP["name"]] if _SWAP else []}),
         log:
             f"{RUNDIR}/logs/eval_mcitebench/report_mcitebench.log",
         benchmark:
@@ -192,5 +289,6 @@ if EV.get("enabled", False):
             stage_shell("report_mcitebench")
 
     EVALUATIONS.append(rules.report_mcitebench.output.report)
+    EVALUATIONS.append(rules.validate_judge.output.label_sheet)
     # The per-model tables are in the report's DuckDB file. They are not added to CATALOG_TABLES:
     # the catalog is part of the default `release` target, which would then run every evaluation.

@@ -65,9 +65,11 @@ if MC.get("enabled", False):
             stage=stage_code("pair_evidence"),
             qa=[rules.extract_explanation_qa.output.qa, rules.generate_locating_qa.output.qa],
             elements=_ELEMENTS,
+            review=[MC["pairing_review"]] if MC.get("pairing_review") else [],
         output:
             questions=run_path("mcitebench", "pair_evidence", "paired_questions"),
             evidence=run_path("mcitebench", "pair_evidence", "evidence"),
+            pairing_sheet=f"{RUNDIR}/mcitebench/pair_evidence/pairing_sheet.csv",
         params:
             io=stage_io,
             version=stage_version("pair_evidence"),
@@ -99,11 +101,33 @@ if MC.get("enabled", False):
         shell:
             stage_shell("sample_distractors")
 
+    _CHECKS = MC.get("check_questions", {})
+
+    rule check_questions:
+        input:
+            stage=stage_code("check_questions"),
+            prompts=prompt_files(*_CHECKS.get("example_prompts", ["mcitebench_locating_qa", "mcitebench_explanation_qa"])),
+            questions=rules.sample_distractors.output.questions,
+            evidence=rules.pair_evidence.output.evidence,
+            elements=_ELEMENTS,
+        output:
+            questions=run_path("mcitebench", "check_questions", "screened_questions"),
+        params:
+            io=stage_io,
+            version=stage_version("check_questions"),
+            settings=settings(_CHECKS),
+        log:
+            log_path("mcitebench", "check_questions"),
+        benchmark:
+            bench_path("mcitebench", "check_questions")
+        shell:
+            stage_shell("check_questions")
+
     rule quality_control:
         input:
             stage=stage_code("quality_control"),
             prompts=prompt_files("mcitebench_quality_control"),
-            questions=rules.sample_distractors.output.questions,
+            questions=rules.check_questions.output.questions,
             evidence=rules.pair_evidence.output.evidence,
             distractors=rules.sample_distractors.output.distractors,
             elements=_ELEMENTS,
@@ -153,6 +177,7 @@ if MC.get("enabled", False):
         rules.pair_evidence.output.evidence,
         rules.sample_distractors.output.questions,
         rules.sample_distractors.output.distractors,
+        rules.check_questions.output.questions,
         rules.quality_control.output.questions,
         rules.quality_control.output.judgements,
     ])

@@ -49,6 +49,23 @@ def make_release(folder: Path, records: list[dict] | None = None, manifest: bool
     return path
 
 
+def make_mcitebench_data(folder: Path, records: list[dict] | None = None) -> Path:
+    """MCiteBench's released data layout: the JSONL, and each paper's images under
+    visual_resources_example/<pdf_id>/images/ (as in the seed's repository); returns the JSONL path."""
+    records = reference_records() if records is None else records
+    folder.mkdir(parents=True, exist_ok=True)
+    jsonl = folder / "data_example.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in records))
+    for i, r in enumerate(records):
+        paths = {c for c in r["evidence_contents"] + r["distractor_contents"] if c.startswith("images/")}
+        paths |= set(r["idx_2_image"].values()) | set(r["idx_2_table"].values())
+        for j, rel in enumerate(sorted(paths)):
+            target = folder / "visual_resources_example" / r["pdf_id"] / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(tiny_jpeg(10 * i + j + 1))
+    return jsonl
+
+
 def item(label: str, modality: str = "text", evidence: bool = False) -> dict:
     return {"label": label, "modality": modality, "text": None if modality != "text" else f"text of {label}",
             "image_sha256": None, "caption": None, "is_evidence": evidence}

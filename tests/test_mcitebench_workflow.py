@@ -11,8 +11,9 @@ UPSTREAM = [  # in DAG order: each file is older than the ones after it
     "harvest_openreview/papers.parquet", "harvest_openreview/reviews.parquet", "harvest_openreview/comments.parquet",
     "harvest_openreview/threads.parquet", "parse_pdfs/elements.parquet",
     "extract_explanation_qa/explanation_qa.parquet", "generate_locating_qa/locating_qa.parquet",
-    "pair_evidence/paired_questions.parquet", "pair_evidence/evidence.parquet",
+    "pair_evidence/paired_questions.parquet", "pair_evidence/evidence.parquet", "pair_evidence/pairing_sheet.csv",
     "sample_distractors/sampled_questions.parquet", "sample_distractors/distractors.parquet",
+    "check_questions/screened_questions.parquet",
     "quality_control/checked_questions.parquet", "quality_control/judgements.parquet", "quality_control/review_sheet.csv",
     "release_mcitebench/release.json",
 ]
@@ -41,4 +42,5 @@ def test_prompt_edit_reruns_exactly_its_rule_and_descendants(workflow_copy):
 
     prompt = workflow_copy / "prompts/mcitebench_explanation_qa.md"
     prompt.write_text(prompt.read_text().replace("extract valid", "carefully extract valid"))
-    assert planned_rules(workflow_copy) == {"extract_explanation_qa", "pair_evidence", "sample_distractors", "quality_control", "release_mcitebench"}
+    assert planned_rules(workflow_copy) == {"extract_explanation_qa", "pair_evidence", "sample_distractors", "check_questions", "quality_control",
+                                              "release_mcitebench"}

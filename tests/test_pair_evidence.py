@@ -1,4 +1,6 @@
 """pair_evidence: references resolve to the right elements; appendix and missing targets are rejects."""
+import csv
+
 import pyarrow.parquet as pq
 
 from stages.core.images import ImageStore
@@ -6,14 +8,14 @@ from tests.conftest import run_stage
 from tests.mcitebench_fixtures import PAPER, paper_elements, qa_row, write
 
 
-def _run(tmp_path, qas, line_numbers=True):
+def _run(tmp_path, qas, line_numbers=True, review=None, out="out"):
     elements = paper_elements(ImageStore(tmp_path / "images"), line_numbers=line_numbers)
     el = write(tmp_path / "elements.parquet", elements, "mcitebench_elements")
     qa = write(tmp_path / "qa.parquet", qas, "mcitebench_qa")
-    out = tmp_path / "out"
-    run_stage("pair_evidence", "--input", f"qa={qa}", "--input", f"elements={el}",
+    out = tmp_path / out
+    run_stage("pair_evidence", "--input", f"qa={qa}", "--input", f"elements={el}", *(["--input", f"review={review}"] if review else []),
               "--output", f"questions={out}/questions.parquet", "--output", f"evidence={out}/evidence.parquet",
-              "--params", '{"max_evidence": 4}')
+              "--output", f"pairing_sheet={out}/pairing_sheet.csv", "--params", '{"max_evidence": 4}')
     questions = {q["id"]: q for q in pq.read_table(out / "questions.parquet").to_pylist()}
     evidence = pq.read_table(out / "evidence.parquet").to_pylist()
     rejects = {r["id"]: r for r in pq.read_table(out / "questions.parquet.rejects.parquet").to_pylist()}
@@ -79,3 +81,46 @@ def test_without_line_numbers(tmp_path):
     questions, evidence, rejects, _ = _run(tmp_path, [with_section, bare_line], line_numbers=False)
     assert [e["element_id"] for e in evidence] == [f"el:{PAPER}:3:7"]  # falls back to the section's paragraphs
     assert rejects[bare_line["id"]]["reason"] == "unresolved_reference"
+
+
+def test_pairing_sheet_round_trip_overrides_the_parser(tmp_path):
+    """The sheet lists each reference with the parser's proposal (or why there is none); an edited
+    copy re-pairs a reference, drops one and pairs one the parser could not resolve."""
+    table = explanation("See Table 2 and Section 4.2, Line 39.", "t1")
+    missing = explanation("It is in Table 9.", "t2")
+    _, _, rejects, _ = _run(tmp_path, [table, missing])
+    assert rejects[missing["id"]]["reason"] == "unresolved_reference"
+    with open(tmp_path / "out" / "pairing_sheet.csv", newline="", encoding="utf-8") as fh:
+        sheet = list(csv.DictReader(fh))
+    proposals = {(r["question_id"], r["reference"]): (r["proposed"], r["problem"]) for r in sheet}
+    assert proposals[(table["id"], "Table 2")] == (f"el:{PAPER}:2:5", "")
+    assert proposals[(table["id"], "Section 4.2, Line 39")] == (f"el:{PAPER}:2:4", "")
+    assert proposals[(missing["id"], "Table 9")][0] == "" and proposals[(missing["id"], "Table 9")][1].startswith("unresolved_reference")
+    for row in sheet:
+        row["elements"] = {"Table 2": f"el:{PAPER}:1:2", "Section 4.2, Line 39": "none", "Table 9": f"el:{PAPER}:2:5"}[row["reference"]]
+    edited = tmp_path / "pairing_reviewed.csv"
+    with open(edited, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(sheet[0]))
+        writer.writeheader()
+        writer.writerows(sheet)
+    questions, evidence, rejects, _ = _run(tmp_path, [table, missing], review=edited, out="reviewed")
+    assert not rejects
+    pairs = {q: [(e["key"], e["element_id"]) for e in sorted(evidence, key=lambda e: e["rank"]) if e["question_id"] == q] for q in questions}
+    assert pairs == {table["id"]: [("Table 2", f"el:{PAPER}:1:2")], missing["id"]: [("Table 9", f"el:{PAPER}:2:5")]}
+    assert questions[table["id"]]["evidence_modality"] == "table" and questions[table["id"]]["source_type"] == "single"
+
+
+def test_pairing_review_naming_an_unknown_element_fails(tmp_path):
+    table = explanation("See Table 2.", "t1")
+    edited = tmp_path / "edited.csv"
+    edited.write_text(f"question_id,reference,elements\n{table['id']},Table 2,el:nope\n")
+    result = run_stage_failing(tmp_path, table, edited)
+    assert result.returncode != 0 and "el:nope" in result.stderr
+
+
+def run_stage_failing(tmp_path, qa_row_, edited):
+    el = write(tmp_path / "elements.parquet", paper_elements(ImageStore(tmp_path / "images")), "mcitebench_elements")
+    qa = write(tmp_path / "qa.parquet", [qa_row_], "mcitebench_qa")
+    return run_stage("pair_evidence", "--input", f"qa={qa}", "--input", f"elements={el}", "--input", f"review={edited}",
+                     "--output", f"questions={tmp_path}/q.parquet", "--output", f"evidence={tmp_path}/e.parquet",
+                     "--output", f"pairing_sheet={tmp_path}/s.csv", check=False)

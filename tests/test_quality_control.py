@@ -32,7 +32,8 @@ def test_judges_decides_and_exports_the_review_sheet(tmp_path):
         qa_row(PAPER, "explanation", "How much does the gate contribute?", "Removing it costs 4.1 points (Table 2; Section 4.2, Line 39).", source="t1"),
     ], "mcitebench_qa")
     run_stage("pair_evidence", "--input", f"qa={qa}", "--input", f"elements={el}",
-              "--output", f"questions={tmp_path}/paired.parquet", "--output", f"evidence={tmp_path}/evidence.parquet")
+              "--output", f"questions={tmp_path}/paired.parquet", "--output", f"evidence={tmp_path}/evidence.parquet",
+              "--output", f"pairing_sheet={tmp_path}/pairing_sheet.csv")
     run_stage("sample_distractors", "--input", f"questions={tmp_path}/paired.parquet", "--input", f"evidence={tmp_path}/evidence.parquet",
               "--input", f"elements={el}", "--output", f"questions={tmp_path}/sampled.parquet",
               "--output", f"distractors={tmp_path}/distractors.parquet")

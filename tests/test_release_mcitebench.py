@@ -38,7 +38,8 @@ def build(tmp_path: Path):
     ]
     qa = write(tmp_path / "qa.parquet", qas, "mcitebench_qa")
     run_stage("pair_evidence", "--input", f"qa={qa}", "--input", f"elements={el}",
-              "--output", f"questions={tmp_path}/paired.parquet", "--output", f"evidence={tmp_path}/evidence.parquet")
+              "--output", f"questions={tmp_path}/paired.parquet", "--output", f"evidence={tmp_path}/evidence.parquet",
+              "--output", f"pairing_sheet={tmp_path}/pairing_sheet.csv")
     run_stage("sample_distractors", "--input", f"questions={tmp_path}/paired.parquet", "--input", f"evidence={tmp_path}/evidence.parquet",
               "--input", f"elements={el}", "--output", f"questions={tmp_path}/sampled.parquet",
               "--output", f"distractors={tmp_path}/distractors.parquet", "--params", '{"min_text_chars": 40}')

@@ -11,7 +11,10 @@ false; by default the embedded llamacpp backend) gets each figure/table's captio
 or only its label when the release has no caption; the row records `vision` so a report never
 mixes the two silently. Captions come from any Parquet table in the release's `parquet/` folder
 with `image_sha256` and `caption` columns (citeforge releases have one; MCiteBench's own data has
-none). Images are put into the image store the model client reads (content-addressed).
+none). Images are put into the image store the model client reads (content-addressed). An image
+path `images/<sha256>.jpg` is found next to the JSONL (citeforge releases) or, as in MCiteBench's
+released data, under a visual-resources folder beside it, one folder per paper
+(`visual_resources*/<pdf_id>/images/<sha256>.jpg`).
 
 The record also yields the scoring keys: `gold` (labels of the evidence items), `modality` (of
 the evidence items: figure, table, text, or mixed when they differ) and `source` (single / multi).
@@ -114,6 +117,15 @@ def _item_label(record: dict, content: str, evidence_key: str | None) -> tuple[s
     raise Reject("bad_record", f"image {content} has no figure or table number")
 
 
+def image_path(folder: Path, pdf_id: str, content: str) -> Path:
+    """Where an item's image is: beside the JSONL, or in MCiteBench's per-paper visual resources."""
+    candidates = [folder / content, *sorted(folder.glob(f"visual_resources*/{pdf_id}/{content}"))]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise Reject("missing_image", f"{content} is neither at {folder / content} nor under {folder}/visual_resources*/{pdf_id}/")
+
+
 def task_items(record: dict, folder: Path, seed: int, captions: dict[str, str], store: ImageStore) -> list[dict]:
     """The record's items in the order shown: evidence and distractors shuffled per question."""
     evidence, keys = record["evidence_contents"], record["evidence_keys"]
@@ -128,9 +140,7 @@ def task_items(record: dict, folder: Path, seed: int, captions: dict[str, str], 
         if modality == "text":
             item["text"] = content.strip()
         else:
-            path = folder / content
-            if not path.exists():
-                raise Reject("missing_image", f"{path} does not exist")
+            path = image_path(folder, record["pdf_id"], content)
             item["image_sha256"] = store.put(path.read_bytes(), path.suffix or ".jpg")
             item["caption"] = captions.get(Path(content).stem)
         items.append(item)

@@ -9,6 +9,14 @@ Tables 2, 3 and 4, and a plot of S-EM by evidence modality (mcitebench.txt §5.2
   C-F1 or Acc is missing because a judge call failed, so no mean hides what it left out.
 Every figure is read from the score stage's summary (means over the responses where a metric is
 present); "–" marks a group with no question, "n/a" a group whose metric is missing everywhere.
+Beside them (stages/core/mcitebench_analyses.py): RQ2 (§5.3, Figure 5), S-EM by evidence-modality
+combination over multi-source explanation questions with exactly two gold items, as a table and
+`rq2_plot`; with `agreement` (validate_judge), the judge against human labels (App. C.3, Table
+12); with `swap_summary` (the summaries under a second judge, `judges` naming both), each model's
+C-F1 and Acc under both judges and whether the model ranking agrees (App. D.1, Table 13).
+Table 2 is printed in both scoring modes, labelled, the configured one (`scoring`) first: strict
+(our documented choices) and reference (MCiteBench's public scorer's aggregation), with a
+sentence on what differs; the other tables use the configured mode.
 
 Inputs: responses, scores, summary, probe (one file per model each); optionally citations,
 sentences, citation_judgements, answer_judgements, stored alongside for queries. Each responses
@@ -19,7 +27,7 @@ table's row count must equal its Parquet files' row counts (from their footers),
 is moved into place; the stage writes no table, so the runner's row count is 0 = 0. The file is
 created in the portable storage format (stages.core.release.connect_portable) so the duckdb CLI
 opens it.
-Params: title.
+Params: title, scoring (strict | reference: the headline mode), judges (names of the judge and the swap judge).
 """
 from __future__ import annotations
 
@@ -35,15 +43,25 @@ import pyarrow.parquet as pq
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from stages.core.mcitebench_analyses import agreement_rows, ranking_agrees, rq2_rows, swap_rows  # noqa: E402
 from stages.core.release import md_table, portable_duckdb_file  # noqa: E402
 from stages.core.stage import Input, Output, Param, Stage, StageError  # noqa: E402
 from stages.core.tables import atomic_write_bytes  # noqa: E402
 
-VERSION = "1"
+VERSION = "2"
 HEADLINE = [("citation_f1", "C-F1"), ("source_f1", "S-F1"), ("source_em", "S-EM"), ("accuracy", "Acc")]
 MODALITIES = [("figure", "Fig."), ("table", "Tab."), ("text", "Text"), ("mixed", "Mix")]
 TYPE_SOURCE = ["explanation/single", "explanation/multi", "locating/single", "locating/multi"]
 DETAIL = ("citations", "sentences", "citation_judgements", "answer_judgements")  # optional, stored for queries
+
+
+SCORING_NOTE = {
+    "strict": "Strict scoring (ours): a response without citations is kept with citation and source scores 0, "
+              "a failed judge call is missing (never 0), an empty response is rated 0.",
+    "reference": "Reference scoring (MCiteBench's public scorer's aggregation): a response without citations is left out "
+                 "of the citation and source means, a failed citation judge call scores 0, and a failed or empty answer "
+                 "rating counts as its -1 sentinel (-50 in the accuracy mean); \"(k missing)\" counts the responses left out.",
+}
 
 
 def _cell(summary: dict, model: str, grouping: str, grp: str, metric: str) -> str:
@@ -150,6 +168,66 @@ def plot_sem(summary: dict, models: list[str], path: str) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
+def plot_rq2(rows: list[dict], models: list[str], path: str) -> None:
+    """Grouped bars: S-EM per modality combination of two gold items, one bar per model (the seed's Figure 5)."""
+    combos = sorted({r["combination"] for r in rows})
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * max(1, len(combos))), 3.6))
+    width = 0.8 / max(1, len(models))
+    cells = {(r["model"], r["combination"]): r["sem"] for r in rows}
+    for i, model in enumerate(models):
+        xs = [x + i * width for x in range(len(combos))]
+        ax.bar(xs, [cells.get((model, c)) or 0.0 for c in combos], width, label=model)
+    ax.set_xticks([x + width * (len(models) - 1) / 2 for x in range(len(combos))], combos)
+    ax.set_ylabel("S-EM (0-100)")
+    ax.set_ylim(0, 100)
+    ax.set_title("S-EM, multi-source explanation, two gold items" if combos else "no multi-source explanation question with two gold items")
+    if models and combos:
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(prefix=".plot.", suffix=".png", dir=Path(path).parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        Path(tmp).unlink(missing_ok=True)
+
+
+def analyses(ctx, con, models: list[str], summary: dict, headline: str) -> list[str]:
+    """The report's RQ2, judge validation and judge swap sections (each only when its input is there)."""
+    scores = ctx.read_rows("scores")
+    rq2 = rq2_rows(ctx.read_rows("responses"), scores)
+    plot_rq2(rq2, models, ctx.output_path("rq2_plot"))
+    parts = [f"## RQ2: S-EM by modality combination (cf. Figure 5, {headline} scoring)",
+             "Multi-source explanation questions with exactly two gold items, by the modalities of the two.",
+             md_table(["Model", "Gold modalities", "S-EM", "n", "left out"],
+                      [[r["model"], r["combination"], "n/a" if r["sem"] is None else f"{r['sem']:.2f}", r["n"], r["left_out"]] for r in rq2])
+             if rq2 else "No such question in this release.",
+             f"![RQ2]({Path(ctx.output_path('rq2_plot')).name})"]
+    if ctx.has_input("agreement"):
+        rows = ctx.read_rows("agreement")
+        parts += ["## Judge validation against human labels (cf. Table 12)",
+                  "Entailment = score >= 1; precision: the judge's entailments the humans share; recall: the humans' the judge found.",
+                  md_table(["Judge", "Scope", "Kind", "n", "F1", "Recall", "Precision", "Exact"], agreement_rows(rows))
+                  if rows else "No labelled judgement yet: fill in validate_judge's label_sheet.csv and set evaluate.human_labels."]
+    if ctx.has_input("swap_summary"):
+        judges = ctx.params["judges"] or ["judge", "swap judge"]
+        other = {(r["model"], r["metric"]): r["value"] for r in ctx.read_rows("swap_summary")
+                 if r["scoring"] == headline and r["grouping"] == "overall"}
+        first = {(m, metric): row["value"] for (m, grouping, _, metric), row in summary.items() if grouping == "overall"}
+        metrics = [("citation_f1", "C-F1"), ("accuracy", "Acc")]
+        rows = swap_rows(first, other, models, [m for m, _ in metrics])
+        fmt = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+        agrees = {label: ranking_agrees(rows, metric) for metric, label in metrics}
+        parts += [f"## Judge swap (cf. Table 13, {headline} scoring)",
+                  md_table(["Model"] + [f"{label} ({judge})" for _, label in metrics for judge in judges],
+                           [[r["model"]] + [fmt(r[f"{metric}@{i}"]) for metric, _ in metrics for i in range(2)] for r in rows]),
+                  "Model ranking agrees under both judges: " + ", ".join(
+                      f"{label} {'n/a' if ok is None else 'yes' if ok else 'no'}" for label, ok in agrees.items()) + "."]
+    return parts
+
+
 def _load(con, name: str, paths: list[str]) -> int:
     """Copy the Parquet files into table `name`; returns their row count from the Parquet footers."""
     listed = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
@@ -172,7 +250,7 @@ def check_stored(path: str, expected: dict[str, int]) -> None:
 def run(ctx):
     loaded: dict[str, int] = {}  # table -> input rows, checked against the stored tables
     with portable_duckdb_file(ctx.output_path("db"), check=lambda tmp: check_stored(tmp, loaded)) as con:
-        for name in ("responses", "scores", "summary", "probe", *DETAIL):
+        for name in ("responses", "scores", "summary", "probe", *DETAIL, "swap_summary", "agreement"):
             if ctx.has_input(name):
                 loaded[name] = ctx.stats[f"{name}_rows"] = _load(con, name, ctx.input_paths(name))
         con.execute("create table coverage (model varchar, questions_read bigint, responses bigint, failed_generations bigint, "
@@ -181,7 +259,14 @@ def run(ctx):
         con.executemany("insert into coverage values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", coverage_rows(con, ctx.input_paths("responses")))
         models = [r[0] for r in con.execute("select distinct model from scores order by model").fetchall()]
         setting = settings_of(con, models)
-        summary = {(r["model"], r["grouping"], r["grp"], r["metric"]): r for r in ctx.read_rows("summary")}
+        by_mode: dict[str, dict] = {"strict": {}, "reference": {}}
+        for r in ctx.read_rows("summary"):
+            by_mode.setdefault(r["scoring"], {})[(r["model"], r["grouping"], r["grp"], r["metric"])] = r
+        headline = ctx.params["scoring"]
+        if headline not in by_mode:
+            raise StageError(f"param scoring must be one of {sorted(by_mode)}, got {headline!r}")
+        summary = by_mode[headline]
+        modes = [headline] + [m for m in by_mode if m != headline]
         coverage = con.execute("select * exclude (failed_by_reason) from coverage order by model").fetchall()
         cov_headers = ["Model", "Questions", "Responses", "Failed generations", "Truncated", "Scored", "C-F1 missing", "Acc missing",
                        "Failed judge calls", "Vision", "Captions"]
@@ -195,13 +280,16 @@ def run(ctx):
             "sentence may lose its citation, lowering source recall and accuracy.",
             "Setting: \"Cap.\" rows had figure and table captions after their images, as in the seed's main results "
             "(Table 2); \"No Cap.\" rows are the Table 14 ablation; \"text-only\" models read captions or labels in place of images.",
-            "## Main results (cf. Table 2)", table2(summary, models, setting),
-            "## All metrics, overall", overall(summary, models, setting),
-            "## Scores by evidence modality (cf. Table 4)", table4(summary, models, setting),
+            *[part for mode in modes for part in (
+                f"## Main results (cf. Table 2), {mode} scoring{'' if mode == headline else ' (for comparison)'}",
+                SCORING_NOTE[mode], table2(by_mode[mode], models, setting))],
+            f"## All metrics, overall ({headline} scoring)", overall(summary, models, setting),
+            f"## Scores by evidence modality (cf. Table 4), {headline} scoring", table4(summary, models, setting),
             "## Source identification, multiple choice (cf. Table 3)", table3(con, models),
             *(["## Citation judgements by how items were shown (judge calls made)", judge_modes(con, models)]
               if ctx.has_input("citation_judgements") else []),
             "## S-EM by modality", f"![S-EM by modality]({Path(ctx.output_path('plot')).name})",
+            *analyses(ctx, con, models, summary, headline),
         ]) + "\n"
         plot_sem(summary, models, ctx.output_path("plot"))
         atomic_write_bytes(ctx.output_path("report"), markdown.encode())
@@ -217,13 +305,20 @@ STAGE = Stage(
         "summary": Input("eval_summary, one file per model", many=True, table="eval_summary"),
         "probe": Input("eval_probe, one file per model", many=True, table="eval_probe"),
         **{name: Input(f"eval_{name}, one file per model (stored in the DuckDB file)", many=True, optional=True, table=f"eval_{name}") for name in DETAIL},
+        "swap_summary": Input("eval_summary under the swap judge, one file per model (Table 13)", many=True, optional=True, table="eval_summary"),
+        "agreement": Input("eval_judge_agreement from validate_judge (Table 12)", optional=True, table="eval_judge_agreement"),
     },
     outputs={
         "report": Output(None, "markdown report"),
         "plot": Output(None, "PNG: S-EM by modality"),
+        "rq2_plot": Output(None, "PNG: S-EM by modality combination of two gold items (Figure 5)"),
         "db": Output(None, "DuckDB file with the evaluation tables"),
     },
-    params={"title": Param(str, "MCiteBench evaluation", "report heading")},
+    params={
+        "title": Param(str, "MCiteBench evaluation", "report heading"),
+        "scoring": Param(str, "strict", "the headline scoring mode: strict or reference (both are printed)", choices=("strict", "reference")),
+        "judges": Param(list, [], "names of the judge and the swap judge, for the judge swap table", items=str),
+    },
     run=run,
 )
 

@@ -27,33 +27,35 @@ Choices where the seed is silent (and where the reference scorer drops samples):
   metric is present; every summary row carries the count of responses missing it, and the report
   counts failed judge calls. S-F1 / S-EM never depend on a judge.
 
+Scoring modes: the above is the `strict` mode. `scoring: reference` reproduces the aggregation of
+MCiteBench's public scorer (stages/core/mcitebench_metrics.py: a response without citations is
+left out of the citation and source means, a failed judge call scores 0, a failed or empty answer
+rating is its -1 sentinel). The summary always holds both modes (column `scoring`), so the report
+prints both; `scoring` chooses the mode of the per-response scores table and the report's headline.
+
 Inputs: responses (eval_responses), citations (eval_citations), sentences (eval_sentences),
 citation_judgements (eval_citation_judgements), answer_judgements (eval_answer_judgements), all
 for one candidate model.
-Outputs: scores (eval_scores, one row per response), summary (eval_summary, not counted: means per
-grouping overall / type_source / question_type / source / modality).
-Params: none.
+Outputs: scores (eval_scores, one row per response, in the chosen mode), summary (eval_summary,
+not counted: means per scoring mode and grouping overall / type_source / question_type / source /
+modality).
+Params: scoring (strict | reference).
 """
 from __future__ import annotations
 
 import collections
 from statistics import mean
 
-from stages.core.stage import Input, Output, Reject, Stage
+from stages.core.mcitebench_metrics import SUPPORT_CREDIT, harmonic, reference_scores, source_scores
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "1"
+VERSION = "2"
+SCORING = ("strict", "reference")
 
 METRICS = [
     "citation_recall", "citation_precision", "citation_f1",
     "source_precision", "source_recall", "source_f1", "source_em", "accuracy",
 ]
-SUPPORT_CREDIT = {0: 0.0, 1: 0.5, 2: 1.0}
-
-
-def harmonic(p: float, r: float) -> float:
-    return 0.0 if p + r == 0 else 2 * p * r / (p + r)
-
-
 def citation_scores(sentences: list[dict], judgements: list[dict]) -> dict:
     """C-R, C-P, C-F1 (0-1 scale, None = missing) of one response, and how many judgements are missing.
 
@@ -83,20 +85,6 @@ def citation_scores(sentences: list[dict], judgements: list[dict]) -> dict:
     return {"recall": recall, "precision": precision, "f1": f1, "missing": missing_r + missing_p}
 
 
-def source_scores(predicted: list[str], gold: list[str]) -> dict:
-    """S-P, S-R, S-F1, S-EM (0-1 scale) of a response-level citation set against the ground truth."""
-    pred, truth = set(predicted), set(gold)
-    hit = len(pred & truth)
-    precision = hit / len(pred) if pred else 0.0
-    recall = hit / len(truth) if truth else 0.0
-    return {
-        "precision": precision,
-        "recall": recall,
-        "f1": harmonic(precision, recall),
-        "em": 1.0 if truth and pred == truth else 0.0,
-    }
-
-
 def accuracy(rating: int | None) -> float | None:
     """Table 9/10 rating 0/1/2 normalised to 0-1; None stays missing."""
     return None if rating is None else rating / 2
@@ -106,10 +94,25 @@ def _pct(value: float | None) -> float | None:
     return None if value is None else round(100 * value, 4)
 
 
-def score_response(response: dict, parsed: dict, sentences: list[dict], judgements: list[dict], answer: dict | None) -> dict:
+def score_response(response: dict, parsed: dict, sentences: list[dict], judgements: list[dict], answer: dict | None,
+                   scoring: str = "strict") -> dict:
     cit = citation_scores(sentences, judgements)
-    src = source_scores(parsed["citations"], response["gold"])
     rating = answer["rating"] if answer else None
+    if scoring == "reference":
+        metrics = {k: None if v is None else round(v, 4)
+                   for k, v in reference_scores(sentences, judgements, parsed["citations"], response["gold"], answer).items()}
+    else:
+        src = source_scores(parsed["citations"], response["gold"])
+        metrics = {
+            "citation_recall": _pct(cit["recall"]),
+            "citation_precision": _pct(cit["precision"]),
+            "citation_f1": _pct(cit["f1"]),
+            "source_precision": _pct(src["precision"]),
+            "source_recall": _pct(src["recall"]),
+            "source_f1": _pct(src["f1"]),
+            "source_em": _pct(src["em"]),
+            "accuracy": _pct(accuracy(rating)),
+        }
     return {
         "id": response["id"],
         "model": response["model"],
@@ -118,14 +121,7 @@ def score_response(response: dict, parsed: dict, sentences: list[dict], judgemen
         "source": response["source"],
         "modality": response["modality"],
         "n_cited_sentences": sum(1 for s in sentences if s["citations"]),
-        "citation_recall": _pct(cit["recall"]),
-        "citation_precision": _pct(cit["precision"]),
-        "citation_f1": _pct(cit["f1"]),
-        "source_precision": _pct(src["precision"]),
-        "source_recall": _pct(src["recall"]),
-        "source_f1": _pct(src["f1"]),
-        "source_em": _pct(src["em"]),
-        "accuracy": _pct(accuracy(rating)),
+        **metrics,
         "missing_judgements": cit["missing"],
         "accuracy_missing": rating is None,
         "predicted": list(parsed["citations"]),
@@ -143,8 +139,9 @@ def _groups(row: dict) -> list[tuple[str, str]]:
     ]
 
 
-def summarize(model: str, scores: list[dict]) -> list[dict]:
-    """Mean of every metric per group, with the number of responses scored and missing."""
+def summarize(model: str, scores: list[dict], scoring: str = "strict") -> list[dict]:
+    """Mean of every metric per group, with the number of responses scored and missing (strict) or
+    left out (reference)."""
     buckets: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
     for row in scores:
         for key in _groups(row):
@@ -154,7 +151,7 @@ def summarize(model: str, scores: list[dict]) -> list[dict]:
         for metric in METRICS:
             values = [r[metric] for r in rows if r[metric] is not None]
             out.append({
-                "model": model, "grouping": grouping, "grp": grp, "metric": metric,
+                "model": model, "scoring": scoring, "grouping": grouping, "grp": grp, "metric": metric,
                 "value": round(mean(values), 4) if values else None,
                 "n": len(values), "missing": len(rows) - len(values),
             })
@@ -162,6 +159,8 @@ def summarize(model: str, scores: list[dict]) -> list[dict]:
 
 
 def run(ctx):
+    if ctx.params["scoring"] not in SCORING:
+        raise StageError(f"param scoring must be one of {list(SCORING)}, got {ctx.params['scoring']!r}")
     responses = ctx.read_rows("responses")
     parsed = {r["id"]: r for r in ctx.read_rows("citations")}
     sentences = collections.defaultdict(list)
@@ -175,20 +174,23 @@ def run(ctx):
     for a in ctx.read_rows("answer_judgements"):
         answers[a["id"]] = a
         ctx.stats[f"answer_judgements_{a['status']}"] += 1
-    scores = []
+    scores: dict[str, dict[str, dict]] = {}  # response id -> scoring mode -> row
     for response in responses:
         with ctx.item(response["id"]):
             if response["id"] not in parsed:
                 raise Reject("not_parsed", "split_citations has no row for this response")
-            row = score_response(response, parsed[response["id"]], sentences[response["id"]], judgements[response["id"]], answers.get(response["id"]))
+            args = (response, parsed[response["id"]], sentences[response["id"]], judgements[response["id"]], answers.get(response["id"]))
+            row = score_response(*args)
             ctx.stats["missing_citation_judgements"] += row["missing_judgements"]
             ctx.stats["responses_missing_citation_scores"] += row["citation_f1"] is None
             ctx.stats["responses_missing_accuracy"] += row["accuracy_missing"]
-            scores.append(row)
-    ctx.write("scores", scores)
+            scores[response["id"]] = {"strict": row, "reference": score_response(*args, scoring="reference")}
+    ctx.stats["reference_left_out_uncited"] = sum(1 for s in scores.values() if s["reference"]["citation_f1"] is None)
+    ctx.write("scores", [s[ctx.params["scoring"]] for s in scores.values()])
     models = sorted({r["model"] for r in responses})
     for model in models:
-        ctx.write("summary", summarize(model, [s for s in scores if s["model"] == model]))
+        for scoring in SCORING:
+            ctx.write("summary", summarize(model, [s[scoring] for s in scores.values() if s[scoring]["model"] == model], scoring))
 
 
 STAGE = Stage(
@@ -206,7 +208,8 @@ STAGE = Stage(
         "scores": Output("eval_scores", "one row per response"),
         "summary": Output("eval_summary", "means per group", counted=False),
     },
-    params={},
+    params={"scoring": Param(str, "strict", "strict (our documented choices) or reference (MCiteBench's public scorer's aggregation): the per-response scores' mode",
+                             choices=SCORING)},
     run=run,
 )
 

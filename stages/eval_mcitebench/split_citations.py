@@ -4,10 +4,14 @@ so a score never depends on a model's reading of the citations.
 
 Sentences: each non-empty line is split with blingfire; a "sentence" made only of citation markers
 ("[2].") belongs to the sentence before it.
-Citations, normalised to the labels the input items carry:
-- text items: "[1]", "[1][2]", "[1, 2]", "[1; 2]", "[1-3]" -> "[1]", "[2]", "[3]";
-- figures and tables through the shared reference parser (stages.core.refs): "Figure 3", "Fig. 3",
-  "Figures 2 and 3", "Table 2", "Tab. 2", "Tables 2/3"; sub-figures fold ("Figure 3a" -> Figure 3).
+Citations, normalised to the labels the input items carry, all read by the shared reference
+grammar (stages.core.refs.citation_refs):
+- text items: "[1]", "[1][2]", "[1, 2]", "[1; 2]", "[1-3]", "[1 and 2]", "[1 to 3]", "[**1**]" ->
+  "[1]", "[2]", "[3]"; a bracket may mix indices and figures or tables ("[1, Figure 2]");
+- figures and tables: "Figure 3", "Fig. 3", "Figures 2 and 3", "Figures 2 to 4", "Table 2",
+  "Tab. 2", "Tab 2", "Tables 2/3"; sub-figures fold ("Figure 3a" -> Figure 3); a count or a
+  measurement after a comma is not a reference ("In Figure 1, 3 of the 5 runs").
+Sections, lines and appendices are not input items and are not citations here.
 Duplicates within a sentence count once. Citations of items that are not among the response's
 input items are kept (listed in `unknown`) and scored as wrong downstream, never dropped.
 
@@ -23,33 +27,29 @@ import re
 import blingfire
 
 from stages.core.ids import content_id
-from stages.core.refs import figure_table_refs
+from stages.core.refs import citation_brackets, citation_refs
 from stages.core.stage import Input, Output, Stage
 
-VERSION = "1"
+VERSION = "2"
 
-_BRACKET = re.compile(r"\[\s*(\d+(?:\s*(?:[,;]|[-\u2013])\s*\d+)*)\s*\]")
-_ONLY_MARKERS = re.compile(r"^(?:\s*\[[\d\s,;\-\u2013]+\])+\s*[.!?]?\s*$")
-
-
-def _bracket_numbers(body: str) -> list[str]:
-    """ "1, 2" -> 1, 2; "1-3" -> 1, 2, 3 (the regex guarantees digits)."""
-    numbers = []
-    for part in re.split(r"\s*[,;]\s*", body.strip()):
-        ends = [int(n) for n in re.split(r"\s*[-\u2013]\s*", part)]
-        if len(ends) == 2 and 0 <= ends[1] - ends[0] <= 20:
-            numbers += [str(n) for n in range(ends[0], ends[1] + 1)]
-        else:
-            numbers += [str(n) for n in ends]
-    return numbers
+CITED_KINDS = ("index", "figure", "table")
+_LEFTOVER = re.compile(r"^[\s.!?*]*$")
 
 
 def citations_in(sentence: str) -> list[str]:
     """Distinct citation labels of one sentence in text order: "[k]", "Figure N", "Table N"."""
-    found = [(m.start(), f"[{n}]") for m in _BRACKET.finditer(sentence) for n in _bracket_numbers(m.group(1))]
-    found += [(ref.span[0], ref.label) for ref in figure_table_refs(sentence)]
-    found.sort(key=lambda pair: pair[0])  # stable: a list keeps its own order
-    return list(dict.fromkeys(label for _, label in found))
+    return list(dict.fromkeys(ref.label for ref in citation_refs(sentence) if ref.kind in CITED_KINDS))
+
+
+def only_markers(sentence: str) -> bool:
+    """A "sentence" made only of citation brackets ("[2].", "[1][3]")."""
+    brackets = citation_brackets(sentence)
+    rest, end = [], 0
+    for (start, stop), _ in brackets:
+        rest.append(sentence[end:start])
+        end = stop
+    rest.append(sentence[end:])
+    return bool(brackets) and bool(_LEFTOVER.match("".join(rest)))
 
 
 def split_sentences(text: str) -> list[str]:
@@ -61,7 +61,7 @@ def split_sentences(text: str) -> list[str]:
             sentence = sentence.strip()
             if not sentence:
                 continue
-            if sentences and _ONLY_MARKERS.match(sentence):
+            if sentences and only_markers(sentence):
                 sentences[-1] = f"{sentences[-1]} {sentence}"
             else:
                 sentences.append(sentence)

@@ -18,9 +18,19 @@ question already names its element (generate_locating_qa), which is checked the 
 Each question records its evidence modality (text, figure, table, or mixed when several) and
 whether it is single- or multi-source (one evidence element or several).
 
-Inputs:  qa (mcitebench_qa, explanation and locating shards), elements (mcitebench_elements)
+Human pairing (§3.4, App. C.1: annotators map each reference to its content): the stage exports
+`pairing_sheet.csv` through the review round trip of stages/core/review.py, one row per question
+and reference with the parser's proposal (element ids and a preview) or the reason it found none,
+and an empty `elements` column. In an edited copy (config `mcitebench.pairing_review`, the
+optional input `review`), `elements` overrides the parser for that reference: element ids of the
+paper separated by spaces, or `none` to drop the reference; an empty cell keeps the proposal. An
+override can also pair a reference the parser left unresolved. Unknown element ids fail naming
+the sheet's line.
+
+Inputs:  qa (mcitebench_qa, explanation and locating shards), elements (mcitebench_elements),
+         review (optional: the edited pairing sheet)
 Outputs: questions (mcitebench_questions, counted), evidence (mcitebench_evidence, one row per
-         question and element)
+         question and element), pairing_sheet (CSV file)
 Params:  max_evidence
 Invariant: QA rows in = questions out + rejected.
 """
@@ -31,9 +41,10 @@ import collections
 from stages.core.ids import content_id
 from stages.core.evidence import label_key
 from stages.core.refs import Ref, parse_refs, unique_refs
-from stages.core.stage import Input, Output, Param, Reject, Stage
+from stages.core.review import read_sheet, write_sheet
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "1"
+VERSION = "2"
 
 
 def modality_of(modalities: list[str]) -> str:
@@ -103,10 +114,58 @@ def _main_body(ref: Ref, found: list[dict], missing: str) -> list[dict]:
 
 def pair(qa: dict, index: PaperIndex) -> list[tuple[str, dict]]:
     """(evidence key, element) pairs of one question, in reference order; raises Reject."""
+SHEET_COLUMNS = ["question_id", "paper_id", "question_type", "question", "answer", "reference", "proposed",
+                 "proposed_evidence", "problem", "elements", "note"]
+
+
+def _preview(e: dict) -> str:
+    text = (e["label"] or e["text"] or "").strip() if e["modality"] != "text" else (e["text"] or "").strip()
+    return f"{e['id']} ({e['modality']}): {text[:120]}"
+
+
+def sheet_rows(qa: dict, index: PaperIndex) -> list[dict]:
+    """The pairing sheet's rows of one question: each reference with the parser's proposal or problem."""
+    if qa["question_type"] == "locating":
+        found = [(evidence_key(index.by_id[i]) if i in index.by_id else i, [i], None) for i in qa["evidence_element_ids"]]
+    else:
+        found = []
+        for ref in unique_refs(parse_refs(qa["answer"])):
+            try:
+                found.append((ref.label, [e["id"] for e in index.resolve(ref)], None))
+            except Reject as why:
+                found.append((ref.label, [], f"{why.reason}: {why.detail}"))
+    base = {k: qa[k] for k in ("paper_id", "question_type", "question", "answer")}
+    return [{"question_id": qa["id"], **base, "reference": label, "proposed": " ".join(ids),
+             "proposed_evidence": "\n".join(_preview(index.by_id[i]) for i in ids if i in index.by_id),
+             "problem": problem or "", "elements": "", "note": ""} for label, ids, problem in found]
+
+
+def read_pairing_review(path: str) -> dict[tuple[str, str], list[str]]:
+    """(question id, reference) -> element ids ([] = drop the reference) from an edited pairing sheet."""
+    rows = read_sheet(path, "question_id", ["reference", "elements"])
+    return {(r["question_id"], r["reference"]): ([] if r["elements"].lower() == "none" else r["elements"].split())
+            for r in rows if r["elements"]}
+
+
+def _reviewed(qa: dict, label: str, ids: list[str], index: PaperIndex) -> list[dict]:
+    unknown = [i for i in ids if i not in index.by_id]
+    if unknown:
+        raise StageError(f"pairing review: {qa['id']} / {label}: {unknown} are not elements of {qa['paper_id']}")
+    return [index.by_id[i] for i in ids]
+
+
+def pair(qa: dict, index: PaperIndex, review: dict[tuple[str, str], list[str]] | None = None) -> list[tuple[str, dict]]:
+    """(evidence key, element) pairs of one question, in reference order, the pairing review's
+    overrides applied; raises Reject."""
+    review = review or {}
     if qa["question_type"] == "locating":
         pairs = []
         for element_id in qa["evidence_element_ids"]:
             element = index.by_id.get(element_id)
+            label = evidence_key(element) if element else element_id
+            if (qa["id"], label) in review:
+                pairs += [(label, e) for e in _reviewed(qa, label, review[(qa["id"], label)], index)]
+                continue
             if element is None:
                 raise Reject("unresolved_reference", f"element {element_id} is not among the paper's elements")
             if element["modality"] in ("figure", "table") and not element["image_sha256"]:
@@ -118,7 +177,8 @@ def pair(qa: dict, index: PaperIndex) -> list[tuple[str, dict]]:
         raise Reject("no_reference", "the answer has no explicit reference")
     pairs, seen = [], set()
     for ref in refs:
-        for element in index.resolve(ref):
+        reviewed = review.get((qa["id"], ref.label))
+        for element in index.resolve(ref) if reviewed is None else _reviewed(qa, ref.label, reviewed, index):
             if element["id"] not in seen:
                 seen.add(element["id"])
                 pairs.append((ref.label, element))
@@ -132,15 +192,21 @@ def run(ctx):
     indexes = {paper: PaperIndex(elements) for paper, elements in by_paper.items()}
     empty = PaperIndex([])
     max_evidence = ctx.params["max_evidence"]
+    review = read_pairing_review(ctx.input_path("review")) if ctx.has_input("review") else {}
+    ctx.stats["pairing_review_overrides"] = len(review)
+    sheet = []
     for qa in ctx.read_rows("qa"):
+        sheet += sheet_rows(qa, indexes.get(qa["paper_id"], empty))
         with ctx.item(qa["id"]):
-            pairs = pair(qa, indexes.get(qa["paper_id"], empty))
+            pairs = pair(qa, indexes.get(qa["paper_id"], empty), review)
             if not pairs:
                 raise Reject("unresolved_reference", f"{qa['paper_id']}: no evidence element")
             if len(pairs) > max_evidence:
                 raise Reject("too_much_evidence", f"{len(pairs)} evidence elements > max_evidence {max_evidence}: " + ", ".join(k for k, _ in pairs))
             write_question(ctx, qa, pairs)
     ctx.stats["evidence_rows"] = ctx.rows_out("evidence")
+    write_sheet(ctx.output_path("pairing_sheet"), SHEET_COLUMNS, sheet)
+    ctx.stats["pairing_sheet_rows"] = len(sheet)
 
 
 def write_question(ctx, qa: dict, pairs: list[tuple[str, dict]]) -> None:
@@ -166,10 +232,12 @@ STAGE = Stage(
     inputs={
         "qa": Input("QA pairs (mcitebench_qa): explanation and locating", many=True, table="mcitebench_qa"),
         "elements": Input("parsed paper elements (mcitebench_elements)", many=True, table="mcitebench_elements"),
+        "review": Input("edited pairing sheet (CSV: question_id, reference, elements)", optional=True, kind="file"),
     },
     outputs={
         "questions": Output("mcitebench_questions", "questions with their evidence modality and source type"),
         "evidence": Output("mcitebench_evidence", "one row per question and evidence element", counted=False),
+        "pairing_sheet": Output(None, "CSV for human pairing review: one row per question and reference, elements column to fill"),
     },
     params={"max_evidence": Param(int, 4, "most evidence elements a question may have (the input holds evidence + distractors)", min=1)},
     run=run,

@@ -19,15 +19,20 @@ question_id and decision = keep | reject | empty). Rejected rows become rejects 
 `human_rejected` (the note is kept); an empty decision keeps the sample. A question whose image
 is missing from the image store is rejected (`image_missing`).
 
+Quotas (§3.6, Table 1): with `quotas` set (e.g. total 3000; question_type explanation 2000,
+locating 1000; source_type single/multi; evidence_modality text/figure/table/mixed; seed), the
+questions left after review are sampled to those counts by the seeded stratified sampler of
+stages/core/quotas.py; the others are rejects `over_quota`, and the card shows target, available
+and achieved per stratum. Empty `quotas` (the default) releases every question.
+
 Inputs:  questions, evidence, distractors, elements; review (optional CSV)
 Outputs: manifest (release.json: name, version, path, table row counts)
-Params:  name, releases_dir, image_store, jpeg_quality
+Params:  name, releases_dir, image_store, jpeg_quality, quotas
 Invariant: questions in = questions released + rejected.
 """
 from __future__ import annotations
 
 import collections
-import csv
 import io
 import json
 from pathlib import Path
@@ -38,7 +43,9 @@ from PIL import Image
 
 from stages.core.ids import sha256_hex
 from stages.core.images import STORED_FORMATS, ImageStore, flatten_to_rgb
+from stages.core.quotas import check_quotas, sample as quota_sample
 from stages.core.release import md_table, publish_release
+from stages.core.review import read_sheet
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import table_schema, to_arrow
 from stages.core.evidence import label_key
@@ -66,17 +73,10 @@ TABLE1_SQL = [
 
 def read_review(path: str) -> dict[str, tuple[str, str]]:
     """question_id -> (decision, note) from a filled-in review sheet; bad rows fail naming them."""
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        if not reader.fieldnames or "question_id" not in reader.fieldnames or "decision" not in reader.fieldnames:
-            raise StageError(f"review sheet {path}: needs columns question_id and decision, has {reader.fieldnames}")
-        decisions = {}
-        for line, row in enumerate(reader, start=2):
-            value = (row["decision"] or "").strip().lower()
-            if value not in DECISIONS:
-                raise StageError(f"review sheet {path}, line {line} ({row['question_id']}): decision must be keep, reject or empty, got {row['decision']!r}")
-            decisions[row["question_id"]] = (DECISIONS[value], (row.get("note") or "").strip())
-    return decisions
+    def check(row):
+        return None if row["decision"].lower() in DECISIONS else f"decision must be keep, reject or empty, got {row['decision']!r}"
+    return {row["question_id"]: (DECISIONS[row["decision"].lower()], row.get("note", ""))
+            for row in read_sheet(path, "question_id", ["decision"], check)}
 
 
 def to_jpeg(data: bytes, quality: int) -> tuple[bytes, int, int]:
@@ -100,8 +100,17 @@ def table1(tables: dict[str, pa.Table]) -> list[tuple[str, object]]:
         con.close()
 
 
-def card(name: str, version: str, stats: list[tuple[str, object]], rejected: dict[str, int]) -> str:
+def card(name: str, version: str, stats: list[tuple[str, object]], rejected: dict[str, int], quotas: list[dict] | None = None) -> str:
     rows = [[label, "" if value is None else value] for label, value in stats]
+    quota_part = [] if not quotas else [
+        "## Quotas (MCiteBench Table 1 targets: target vs achieved)",
+        "",
+        "Seeded stratified sample of the reviewed questions (stages/core/quotas.py); `available` is what the pool offered.",
+        "",
+        md_table(["Dimension", "Stratum", "Target", "Available", "Achieved"],
+                 [[q["dimension"], q["value"], q["target"], q["available"], q["achieved"]] for q in quotas]),
+        "",
+    ]
     lines = [
         f"# {name} ({version})",
         "",
@@ -115,6 +124,7 @@ def card(name: str, version: str, stats: list[tuple[str, object]], rejected: dic
         "",
         md_table(["Statistic", "Number"], rows),
         "",
+        *quota_part,
         "## Files",
         "",
         "- `mcitebench.jsonl`: one record per question in MCiteBench's released format; image paths are relative to this folder.",
@@ -172,6 +182,9 @@ def record(q: dict, ev: list[dict], dis: list[dict], elements: dict[str, dict], 
 
 def run(ctx):
     p = ctx.params
+    problems = check_quotas(p["quotas"])
+    if problems:
+        raise StageError("; ".join(problems))
     questions = ctx.read_rows("questions")
     elements = {e["id"]: e for e in ctx.read_rows("elements")}
     by_q: dict[str, dict[str, list[dict]]] = {"evidence": collections.defaultdict(list), "distractors": collections.defaultdict(list)}
@@ -205,7 +218,14 @@ def run(ctx):
             except (FileNotFoundError, OSError) as err:
                 raise Reject("image_missing", str(err)) from None
             released.append(q)
-
+    candidates = {q["id"] for q in released}
+    achieved = None
+    if p["quotas"]:
+        released, achieved = quota_sample(released, p["quotas"])
+        chosen = {q["id"] for q in released}
+        for qid in [q["id"] for q in questions if q["id"] in candidates and q["id"] not in chosen]:
+            with ctx.item(qid, counted=False):  # counted in the loop above
+                raise Reject("over_quota", "not drawn by the release quotas' stratified sample")
     evidence = [r for q in released for r in by_q["evidence"][q["id"]]]
     distractors = [r for q in released for r in by_q["distractors"][q["id"]]]
     used = sorted({r["element_id"] for r in evidence + distractors})
@@ -227,7 +247,7 @@ def run(ctx):
             for rec in records:
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
-    publish_release(ctx, tables, lambda name, version: card(name, version, table1(tables), dict(ctx.rejected_by_reason)), export)
+    publish_release(ctx, tables, lambda name, version: card(name, version, table1(tables), dict(ctx.rejected_by_reason), achieved), export)
 
 
 STAGE = Stage(
@@ -247,6 +267,7 @@ STAGE = Stage(
         "releases_dir": Param(str, "data/releases", "where releases land"),
         "image_store": Param(str, "data/cache/images", "root of the image store holding the element crops"),
         "jpeg_quality": Param(int, 90, "JPEG quality of converted crops", min=1, max=100),
+        "quotas": Param(dict, {}, "target counts (total, question_type, source_type, evidence_modality, seed); empty = release every question"),
     },
     run=run,
 )

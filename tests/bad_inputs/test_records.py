@@ -215,7 +215,8 @@ def test_release_without_images(tmp_path):
     ]
     qa = write(tmp_path / "qa.parquet", qas, "mcitebench_qa")
     run_stage("pair_evidence", "--input", f"qa={qa}", "--input", f"elements={el}",
-              "--output", f"questions={tmp_path}/paired.parquet", "--output", f"evidence={tmp_path}/evidence.parquet")
+              "--output", f"questions={tmp_path}/paired.parquet", "--output", f"evidence={tmp_path}/evidence.parquet",
+              "--output", f"pairing_sheet={tmp_path}/pairing_sheet.csv")
     write(tmp_path / "none.parquet", [], "mcitebench_distractors")
     for image in (tmp_path / "images").rglob("*.png"):
         image.unlink()
