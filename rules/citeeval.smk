@@ -64,7 +64,7 @@ if CE.get("enabled", False):
         output:
             responses=_ce("citeeval_prepare", "responses"),
             statements=_ce("citeeval_prepare", "statements"),
-            export=run_path("citeeval", "citeeval_prepare", "citeeval", "{src}").replace(".parquet", ".json"),
+            export=f"{RUNDIR}/citeeval/citeeval_prepare/citeeval.{{src}}.json",
         params:
             io=stage_io,
             version=stage_version("citeeval_prepare"),

@@ -30,8 +30,8 @@ Inputs (one of them):
 Outputs: responses (citeeval_prepared, one row per response), statements (citeeval_statements,
 not counted), export (the prepared responses in CiteEval's JSON format: importing it again gives
 the same statements).
-Rejects: bad_record (no id, query or passages, or a malformed sample), empty_response (nothing
-left after the thinking block).
+Rejects: bad_record (no query or passages, or a malformed sample), duplicate_id (a response id
+seen before), empty_response (nothing left after the thinking block).
 Params: model (model name for a CiteEval file's samples), min_statement_chars, limit.
 """
 from __future__ import annotations
@@ -148,6 +148,8 @@ def from_citeeval_sample(sample: dict, model: str) -> tuple[dict, list[dict] | N
     for n, passage in enumerate(sample["passages"], start=1):
         if not isinstance(passage, dict) or not isinstance(passage.get("text"), str):
             raise Reject("bad_record", f"passage {n} has no text")
+        if not str(passage.get("id", n)).isdigit():
+            raise Reject("bad_record", f"passage {n} has id {passage['id']!r}, not a number")
         passages.append({"id": int(passage.get("id", n)), "title": passage.get("title") or "", "text": passage["text"], "mode": "text"})
     row = {"response_id": str(sample.get("sample_idx", sample.get("id"))), "model": sample.get("model") or model,
            "source": "citeeval", "query": sample["query"], "passages": passages, "response": prediction, "mode": "text"}
@@ -178,8 +180,9 @@ def to_citeeval_sample(prepared: dict, statements: list[dict]) -> dict:
     }
 
 
-def _inputs(ctx) -> list[tuple[str, dict | None, list[dict] | None]]:
-    """(id, citeeval_responses row or None, given statements) per response, in input order."""
+def _inputs(ctx) -> list[tuple[str, dict, str | None]]:
+    """(id, record, kind) per response in input order: a citeeval_responses row (kind None) or a
+    CiteEval JSON sample (kind "json")."""
     if ctx.has_input("responses") == ctx.has_input("citeeval_json"):
         raise StageError("give exactly one of --input responses=... and --input citeeval_json=...")
     if ctx.has_input("responses"):
@@ -204,9 +207,12 @@ def run(ctx):
     if params["limit"]:
         ctx.stats["responses_not_rated_by_limit"] = max(0, len(items) - params["limit"])
         items = items[: params["limit"]]
-    exported = []
+    exported, seen = [], set()
     for ident, row, kind in items:
         with ctx.item(ident):
+            if ident in seen:
+                raise Reject("duplicate_id", f"response id {ident} was already prepared")
+            seen.add(ident)
             given = None
             if kind == "json":
                 row, given = from_citeeval_sample(row, params["model"])

@@ -23,11 +23,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
-import pyarrow.parquet as pq
 
-from stages.core.release import md_table, portable_duckdb_file
-from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.release import check_row_counts, load_parquet, md_table, portable_duckdb_file
+from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import atomic_write_bytes
 
 VERSION = "1"
@@ -101,29 +99,12 @@ def meta_table(con) -> str:
                     [[r[0], r[1], r[2], r[3], _fmt(r[4]), _fmt(r[5]), _fmt(r[6]), r[7]] for r in rows])
 
 
-def _load(con, name: str, paths: list[str]) -> int:
-    listed = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
-    con.execute(f"create table {name} as select * from read_parquet([{listed}], union_by_name = true)")
-    return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
-
-
-def check_stored(path: str, expected: dict[str, int]) -> None:
-    con = duckdb.connect(path, read_only=True)
-    try:
-        wrong = {n: (k, con.execute(f"select count(*) from {n}").fetchone()[0]) for n, k in expected.items()}
-    finally:
-        con.close()
-    wrong = {n: pair for n, pair in wrong.items() if pair[0] != pair[1]}
-    if wrong:
-        raise StageError(f"{path}: (input rows, stored rows) differ for {wrong}")
-
-
 def run(ctx):
     loaded: dict[str, int] = {}
-    with portable_duckdb_file(ctx.output_path("db"), check=lambda tmp: check_stored(tmp, loaded)) as con:
+    with portable_duckdb_file(ctx.output_path("db"), check=lambda tmp: check_row_counts(tmp, loaded)) as con:
         for name in (*TABLES, *DETAIL):
             if ctx.has_input(name):
-                loaded[name] = ctx.stats[f"{name}_rows"] = _load(con, name, ctx.input_paths(name))
+                loaded[name] = ctx.stats[f"{name}_rows"] = load_parquet(con, name, ctx.input_paths(name))
         models = [r[0] for r in con.execute("select distinct model from responses order by model").fetchall()]
         parts = [
             f"# {ctx.params['title']}",
