@@ -8,7 +8,8 @@ from eval_fixtures import response_row
 from stages.core.release import PORTABLE_STORAGE
 from stages.core.stage import StageError
 from stages.core.tables import write_table
-from stages.eval_mcitebench.report_mcitebench import STAGE, check_stored
+from stages.core.release import check_row_counts
+from stages.eval_mcitebench.report_mcitebench import STAGE
 from stages.eval_mcitebench.score_mcitebench import summarize
 
 METRICS = ("citation_recall", "citation_precision", "citation_f1", "source_precision", "source_recall", "source_f1", "source_em", "accuracy")
@@ -96,6 +97,6 @@ def test_stored_row_counts_are_checked_against_the_inputs(tmp_path):
     con = duckdb.connect(str(path))
     con.execute("create table scores as select * from range(2)")
     con.close()
-    check_stored(str(path), {"scores": 2})
+    check_row_counts(str(path), {"scores": 2})
     with pytest.raises(StageError, match="scores"):
-        check_stored(str(path), {"scores": 3})
+        check_row_counts(str(path), {"scores": 3})
