@@ -5,10 +5,9 @@ import duckdb
 import pytest
 
 from eval_fixtures import response_row
-from stages.core.release import PORTABLE_STORAGE
+from stages.core.release import PORTABLE_STORAGE, check_row_counts
 from stages.core.stage import StageError
 from stages.core.tables import write_table
-from stages.core.release import check_row_counts
 from stages.eval_mcitebench.report_mcitebench import STAGE
 from stages.eval_mcitebench.score_mcitebench import summarize
 
