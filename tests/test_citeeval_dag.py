@@ -44,7 +44,7 @@ def test_citeeval_rules(tmp_path):
         (tmp_path / "human.csv").write_text("response_id,sentence_id,rating\nf1,1,3\nf1,2,5\nf2,1,\n")
         config = {
             "run": "t", "mavis": {"enabled": False}, "mcitebench": {"enabled": False}, "m2rag": {"enabled": False},
-            "evaluate": {"enabled": True, "release": str(folder), "limit": 2, "max_tokens": 24,
+            "evaluate": {"enabled": True, "release": str(folder), "generate_answers": {"limit": 2, "max_tokens": 24},
                          "judge": {"name": "judge-smol"}, "models": [{"name": "smol-a"}]},
             "citeeval": {"enabled": True, "input": str(tmp_path / "samples.json"), "input_model": "system-x", "limit": 0,
                          "judge": {"name": "rule-judge", "llm": judge.llm(tmp_path)},
