@@ -11,7 +11,7 @@ CE = config.get("citeeval", {})
 
 if CE.get("enabled", False):
     _CE_JUDGE = CE["judge"]
-    _CE_SETTINGS = {"judge": _CE_JUDGE["name"], "llm": llm_with(_CE_JUDGE.get("llm")), "max_tokens": CE.get("max_tokens", 0)}
+    _CE_SETTINGS = {"judge": _CE_JUDGE["name"], "llm": llm_settings(config.get("llm"), _CE_JUDGE.get("llm")), "max_tokens": CE.get("max_tokens", 0)}
     _CE_FIT = (CE.get("fit") or {}).get("human_ratings")
     _CE_HUMAN = CE.get("human_ratings")
     _CE_SOURCES = []  # (report path, [src, ...], title)
