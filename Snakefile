@@ -22,6 +22,7 @@ include: "rules/m2rag.smk"
 include: "rules/openreview.smk"
 include: "rules/mcitebench.smk"
 include: "rules/eval_mcitebench.smk"
+include: "rules/citeeval.smk"
 
 
 rule release:

@@ -5,10 +5,10 @@ import duckdb
 import pytest
 
 from eval_fixtures import response_row
-from stages.core.release import PORTABLE_STORAGE
+from stages.core.release import PORTABLE_STORAGE, check_row_counts
 from stages.core.stage import StageError
 from stages.core.tables import write_table
-from stages.eval_mcitebench.report_mcitebench import STAGE, check_stored
+from stages.eval_mcitebench.report_mcitebench import STAGE
 from stages.eval_mcitebench.score_mcitebench import summarize
 
 METRICS = ("citation_recall", "citation_precision", "citation_f1", "source_precision", "source_recall", "source_f1", "source_em", "accuracy")
@@ -100,9 +100,9 @@ def test_stored_row_counts_are_checked_against_the_inputs(tmp_path):
     con = duckdb.connect(str(path))
     con.execute("create table scores as select * from range(2)")
     con.close()
-    check_stored(str(path), {"scores": 2})
+    check_row_counts(str(path), {"scores": 2})
     with pytest.raises(StageError, match="scores"):
-        check_stored(str(path), {"scores": 3})
+        check_row_counts(str(path), {"scores": 3})
 
 
 def test_report_prints_both_scoring_modes_labelled(tmp_path, inputs):

@@ -22,6 +22,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .errors import StageError
 from .tables import atomic_write_bytes, sweep_stale_temps
 
 STARTED = time.time()  # temps older than this process are a killed run's
@@ -58,6 +59,27 @@ def portable_duckdb_file(path: str | os.PathLike, check: Callable[[str], None] |
         con.close()
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def load_parquet(con: duckdb.DuckDBPyConnection, name: str, paths: list[str]) -> int:
+    """Copy Parquet files into table `name` (columns unioned by name); returns their row count from
+    the Parquet footers, for `check_row_counts`."""
+    listed = ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
+    con.execute(f"create table {name} as select * from read_parquet([{listed}], union_by_name = true)")
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+
+
+def check_row_counts(path: str, expected: dict[str, int]) -> None:
+    """Reopen a written DuckDB file and compare each table's row count with its inputs'; a
+    difference raises naming the tables (a `portable_duckdb_file` check)."""
+    con = duckdb.connect(path, read_only=True)
+    try:
+        stored = {name: con.execute(f"select count(*) from {name}").fetchone()[0] for name in expected}
+    finally:
+        con.close()
+    wrong = {name: (n, stored[name]) for name, n in expected.items() if stored[name] != n}
+    if wrong:
+        raise StageError(f"{path}: (input rows, stored rows) differ for {wrong}")
 
 
 def file_digest(path: str | os.PathLike) -> str:

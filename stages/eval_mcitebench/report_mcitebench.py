@@ -36,15 +36,13 @@ import os
 import tempfile
 from pathlib import Path
 
-import duckdb
 import matplotlib
-import pyarrow.parquet as pq
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from stages.core.mcitebench_analyses import agreement_rows, ranking_agrees, rq2_rows, swap_rows  # noqa: E402
-from stages.core.release import md_table, portable_duckdb_file  # noqa: E402
+from stages.core.release import check_row_counts, load_parquet, md_table, portable_duckdb_file  # noqa: E402
 from stages.core.stage import Input, Output, Param, Stage, StageError  # noqa: E402
 from stages.core.tables import atomic_write_bytes  # noqa: E402
 
@@ -228,31 +226,12 @@ def analyses(ctx, con, models: list[str], summary: dict, headline: str) -> list[
     return parts
 
 
-def _load(con, name: str, paths: list[str]) -> int:
-    """Copy the Parquet files into table `name`; returns their row count from the Parquet footers."""
-    listed = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
-    con.execute(f"create table {name} as select * from read_parquet([{listed}], union_by_name = true)")
-    return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
-
-
-def check_stored(path: str, expected: dict[str, int]) -> None:
-    """Reopen the written file and compare each table's row count with its input's."""
-    con = duckdb.connect(path, read_only=True)
-    try:
-        stored = {name: con.execute(f"select count(*) from {name}").fetchone()[0] for name in expected}
-    finally:
-        con.close()
-    wrong = {name: (n, stored[name]) for name, n in expected.items() if stored[name] != n}
-    if wrong:
-        raise StageError(f"{path}: (input rows, stored rows) differ for {wrong}")
-
-
 def run(ctx):
     loaded: dict[str, int] = {}  # table -> input rows, checked against the stored tables
-    with portable_duckdb_file(ctx.output_path("db"), check=lambda tmp: check_stored(tmp, loaded)) as con:
+    with portable_duckdb_file(ctx.output_path("db"), check=lambda tmp: check_row_counts(tmp, loaded)) as con:
         for name in ("responses", "scores", "summary", "probe", *DETAIL, "swap_summary", "agreement"):
             if ctx.has_input(name):
-                loaded[name] = ctx.stats[f"{name}_rows"] = _load(con, name, ctx.input_paths(name))
+                loaded[name] = ctx.stats[f"{name}_rows"] = load_parquet(con, name, ctx.input_paths(name))
         con.execute("create table coverage (model varchar, questions_read bigint, responses bigint, failed_generations bigint, "
                     "failed_by_reason json, truncated bigint, scored bigint, missing_citation_f1 bigint, missing_accuracy bigint, "
                     "failed_judge_calls bigint, vision boolean, with_captions boolean)")

@@ -28,7 +28,7 @@ CONFIG_CASES = [
     # kind, dotted key, value, the one expected line
     ("unknown key", "mavis.filter_questions.min_answer_char", 400,
      "unknown config key 'mavis.filter_questions.min_answer_char' (allowed here: min_answer_chars, min_answer_sentences, question_words)"),
-    ("unknown top-level key", "shard", 3, "unknown config key 'shard' (allowed here: evaluate, fetch, images, llm, m2rag, mavis, mcitebench, releases_dir, retrieval, run, shards)"),
+    ("unknown top-level key", "shard", 3, "unknown config key 'shard' (allowed here: citeeval, evaluate, fetch, images, llm, m2rag, mavis, mcitebench, releases_dir, retrieval, run, shards)"),
     ("wrong type", "shards", "two", "config key 'shards' must be int, got str 'two'"),
     ("float for an int", "images.cache_images.workers", 2.0, "config key 'images.cache_images.workers' must be int, got float 2.0"),
     ("wrong item type", "mavis.harvest_pushshift.domains.Science", "askscience",

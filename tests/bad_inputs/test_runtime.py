@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from stages.core.images import ImageRejected, normalize_image
+from stages.core.images import normalize_image
+from stages.core.stage import Reject
 from stages.eval_mcitebench.generate_answers import STAGE as GENERATE_ANSWERS
 from stages.images.cache_images import STAGE as CACHE_IMAGES
 from tests.eval_fixtures import make_release, reference_records, shrink
@@ -60,7 +61,7 @@ IMAGE_CASES = {
 def test_bad_images_are_rejects_with_a_reason(kind):
     data, reason, detail = IMAGE_CASES[kind]
     started = time.monotonic()
-    with pytest.raises(ImageRejected) as info:
+    with pytest.raises(Reject) as info:
         normalize_image(data, MAX_PIXELS)
     assert (info.value.reason, detail in info.value.detail) == (reason, True), str(info.value)
     assert time.monotonic() - started < 2  # decided from the header, nothing big decoded
@@ -73,9 +74,9 @@ def test_an_eps_image_never_reaches_ghostscript(tmp_path):
     (bin_dir / "gs").write_text(f'#!/bin/sh\necho "$@" >> {marker}\nexit 1\n')
     (bin_dir / "gs").chmod(0o755)
     (tmp_path / "x.eps").write_bytes(EPS)
-    script = ("import sys\nfrom stages.core.images import ImageRejected, normalize_image\n"
+    script = ("import sys\nfrom stages.core.images import normalize_image\nfrom stages.core.stage import Reject\n"
               "try:\n    normalize_image(open(sys.argv[1], 'rb').read(), 10**8)\n"
-              "except ImageRejected as err:\n    print(err.reason)\n")
+              "except Reject as err:\n    print(err.reason)\n")
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "x.eps")], cwd=REPO, env=env, capture_output=True, text=True)
     assert done.stdout.strip() == "not_an_image" and "Traceback" not in done.stderr, done.stderr

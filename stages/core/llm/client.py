@@ -7,7 +7,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jsonschema
 from tqdm import tqdm
@@ -28,6 +28,9 @@ class LLMRequest:
     variables: dict[str, Any] = field(default_factory=dict)
     images: list[str] = field(default_factory=list)  # sha256 of images in the image store ("img:" prefix allowed)
     sampling: dict[str, Any] | None = None  # overrides the prompt's default sampling params
+    # A text answer's own format (e.g. the XML tags of CiteEval's prompts): parse(text) returns the
+    # value or raises ValueError naming what is wrong, which makes the answer invalid (retried).
+    parse: Callable[[str], Any] | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -168,6 +171,11 @@ class LLMClient:
             for i in pending:
                 prep, (result, cached) = prepared[i], results[i]
                 value, error = judge(prep.prompt.kind, prep.prompt.schema, result)
+                if error is None and prep.request.parse is not None:
+                    try:
+                        value = prep.request.parse(value)
+                    except ValueError as err:
+                        error = f"malformed: {err}"
                 answer = LLMAnswer(prep.request.id, error is None, value, result.text, error, result.p_yes, cached, attempt + 1,
                                    result.finish_reason)
                 if error and not result.error:

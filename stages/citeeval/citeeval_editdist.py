@@ -1,0 +1,135 @@
+"""Edit distance, EDITDIST (citeeval.txt §4.2, Eq. 3): a statement's rating from the ITERCOE edits.
+
+The edits, in the order the model wrote them, are applied to the statement's original citations;
+each citation then ends in one state, counted as one action:
+- an original citation not deleted: KEEP;
+- an original citation deleted for reason r: DELETE r (misleading, substandard, redundant);
+- a citation added for reason r that was not an original one: ADD r (evidence, refinement,
+  credibility); citation 0 (model knowledge, App. A.3) counts like any added id.
+Edits that change nothing are ignored and counted (`ignored_edits`): deleting a citation the
+statement does not have, adding one it already has. Deleting a citation added earlier cancels the
+addition; adding back a deleted original makes it KEEP again.
+
+Strict rating (`editdist`): Eq. 3 as written, r = sum_k d(a_k) |A_k| / |A| + b, with citation ids
+matched as written. A statement with citations and no edit is all KEEP: d(KEEP) + b (1.0030 -
+0.0109 = 0.9921 with the public coefficients); a statement with no citation and no edit has no
+action: the empty sum leaves b.
+
+Reference-compatible rating (`editdist_reference`), CiteEval's public implementation: its original
+citations are keyed one too high (citation k is stored as k + 1), so a DELETE of k removes the
+citation k - 1 if that one was cited and is skipped otherwise, and an ADD of k is skipped when
+k - 1 was cited; a statement the model did not edit, or one left with no action, is 1.0.
+
+Coefficients: the params (config `citeeval.editdist.coefficients`, defaults: the public release's
+fit), or the JSON file citeeval_fit writes (`coefficients` input) when given.
+
+Inputs: statements (citeeval_statements), ratings (citeeval_itercoe), coefficients (optional JSON).
+Outputs: distances (citeeval_editdist, one row per rated statement).
+Params: coefficients.
+"""
+from __future__ import annotations
+
+import json
+
+from stages.core.citeeval import ACTIONS, ADD_REASONS, DELETE_REASONS, PUBLIC_COEFFICIENTS, eq3
+from stages.core.stage import Input, Output, Param, Stage, StageError
+
+VERSION = "1"
+
+
+def final_states(citations: list[int], edits: list[dict], key_offset: int = 0) -> tuple[dict[int, str], int]:
+    """Each citation's action after the edits (citation -> action name), and the ignored edits.
+    `key_offset` 1 keys the original citations as the public implementation does (k -> k + 1)."""
+    state = {c + key_offset: "keep" for c in citations}
+    original = set(state)
+    ignored = 0
+    for edit in edits:
+        c = edit["citation"]
+        if edit["op"] == "DELETE":
+            if c not in state:
+                ignored += 1
+            elif c in original:
+                state[c] = DELETE_REASONS[edit["reason"]]
+            else:  # deleting what was added: the addition is undone
+                del state[c]
+        else:
+            if c in original:
+                ignored += state[c] == "keep"
+                state[c] = "keep"
+            elif c in state:
+                ignored += 1
+            else:
+                state[c] = ADD_REASONS[edit["reason"]]
+    return state, ignored
+
+
+def action_counts(states: dict[int, str]) -> dict[str, int]:
+    counts = dict.fromkeys(ACTIONS, 0)
+    for action in states.values():
+        counts[action] += 1
+    return counts
+
+
+def editdist(citations: list[int], edits: list[dict], coefficients: dict[str, float]) -> tuple[float, dict[str, int], int]:
+    """Strict Eq. 3: (rating, action counts, ignored edits)."""
+    states, ignored = final_states(citations, edits)
+    counts = action_counts(states)
+    return eq3(counts, coefficients), counts, ignored
+
+
+def editdist_reference(citations: list[int], edits: list[dict], coefficients: dict[str, float]) -> float:
+    """The public implementation's rating: off-by-one citation keys, 1.0 without edits or actions."""
+    if not edits:
+        return 1.0
+    states, _ = final_states(citations, edits, key_offset=1)
+    if not states:
+        return 1.0
+    return eq3(action_counts(states), coefficients)
+
+
+def load_coefficients(ctx) -> dict[str, float]:
+    if not ctx.has_input("coefficients"):
+        return ctx.params["coefficients"]
+    path = ctx.input_path("coefficients")
+    try:
+        fitted = json.loads(open(path).read())["coefficients"]
+    except (OSError, ValueError, KeyError) as err:
+        raise StageError(f"coefficients {path}: not a citeeval_fit output: {err}") from None
+    return fitted
+
+
+def run(ctx):
+    coefficients = load_coefficients(ctx)
+    missing = [k for k in (*ACTIONS, "intercept") if not isinstance(coefficients.get(k), (int, float))]
+    if missing:
+        raise StageError(f"coefficients lack {missing}")
+    ctx.stats["coefficients_from_fit"] = int(ctx.has_input("coefficients"))
+    citations = {s["id"]: s["citations"] for s in ctx.read_rows("statements")}
+    for row in ctx.read_rows("ratings"):
+        with ctx.item(row["id"]):
+            cited = citations[row["id"]]
+            strict, counts, ignored = editdist(cited, row["edits"], coefficients)
+            ctx.stats["ignored_edits"] += ignored
+            ctx.write("distances", [{
+                "id": row["id"], "response_id": row["response_id"], "model": row["model"], "sentence_id": row["sentence_id"],
+                **counts, "n_actions": sum(counts.values()), "ignored_edits": ignored,
+                "editdist": strict, "editdist_reference": editdist_reference(cited, row["edits"], coefficients),
+            }])
+
+
+STAGE = Stage(
+    name="citeeval_editdist",
+    version=VERSION,
+    doc=__doc__,
+    inputs={
+        "statements": Input("citeeval_statements from citeeval_prepare", table="citeeval_statements"),
+        "ratings": Input("citeeval_itercoe: the edits", table="citeeval_itercoe"),
+        "coefficients": Input("coefficients JSON from citeeval_fit (overrides the params)", optional=True, kind="file"),
+    },
+    outputs={"distances": Output("citeeval_editdist", "one row per rated statement")},
+    params={"coefficients": Param(dict, dict(PUBLIC_COEFFICIENTS), "Eq. 3 coefficients: the seven actions and intercept")},
+    run=run,
+)
+
+if __name__ == "__main__":
+    STAGE.main()

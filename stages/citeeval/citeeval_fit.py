@@ -1,0 +1,95 @@
+"""Refit EDITDIST's distances (citeeval.txt §4.2, Eq. 3): multiple linear regression of human ratings
+on the share of each edit action, min sum_i (r_i - r^_i)^2, by least squares.
+
+Human ratings file (CSV with a header, or JSON lines), one statement per row: the counts of its
+ground-truth actions `keep`, `delete_misleading`, `delete_substandard`, `delete_redundant`,
+`add_evidence`, `add_refinement`, `add_credibility` (missing = 0) and its human `rating`, a 1-5
+Likert score normalised as ITERCOE's, (r - 1) / 4 (`rating_scale: likert5`), or already on [0, 1]
+(`unit`). Rows without a rating (N/A statements) are skipped and counted.
+
+Features are |A_k| / |A| per action; a statement with no action has all features 0, and the model
+gives it b. The shares of a statement with actions sum to 1, so b is identifiable only when some
+rows have no action; without such rows the design is rank-deficient, and the minimum-norm solution
+is written with `identifiable: false` (each d_k + b is still determined).
+
+Inputs: ratings (the human ratings file). Outputs: coefficients (JSON: {"coefficients": {...},
+"n", "rmse", "rank", "identifiable"}).
+Rejects: no_rating (an N/A statement), bad_row (counts or rating that are not numbers).
+Params: rating_scale (likert5 | unit).
+"""
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+
+from stages.core.citeeval import ACTIONS, likert_to_unit
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
+from stages.core.tables import atomic_write_bytes
+
+VERSION = "1"
+
+
+def read_rows(path: str) -> list[dict]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            if path.endswith((".jsonl", ".json")):
+                return [json.loads(line) for line in fh if line.strip()]
+            return list(csv.DictReader(fh))
+    except (OSError, ValueError) as err:
+        raise StageError(f"ratings {path}: cannot read: {err}") from None
+
+
+def features(counts: dict[str, float]) -> list[float]:
+    total = sum(counts.values())
+    return [counts[a] / total if total else 0.0 for a in ACTIONS]
+
+
+def fit(X: np.ndarray, y: np.ndarray) -> tuple[dict[str, float], int, float]:
+    """Least squares with an intercept: (coefficients, rank, rmse)."""
+    design = np.hstack([X, np.ones((len(X), 1))])
+    solution, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
+    rmse = float(np.sqrt(np.mean((design @ solution - y) ** 2)))
+    coefficients = {a: float(v) for a, v in zip(ACTIONS, solution[:-1])} | {"intercept": float(solution[-1])}
+    return coefficients, int(rank), rmse
+
+
+def run(ctx):
+    scale = ctx.params["rating_scale"]
+    if scale not in ("likert5", "unit"):
+        raise StageError(f"rating_scale must be likert5 or unit, got {scale!r}")
+    X, y = [], []
+    for n, row in enumerate(read_rows(ctx.input_path("ratings")), start=1):
+        with ctx.item(str(row.get("id") or f"row:{n}")):
+            rating = row.get("rating")
+            if rating in (None, "", "null", "N/A"):
+                raise Reject("no_rating", "an N/A statement: nothing to fit")
+            try:
+                counts = {a: float(row.get(a) or 0) for a in ACTIONS}
+                value = float(rating)
+            except (TypeError, ValueError) as err:
+                raise Reject("bad_row", f"row {n}: {err}") from None
+            X.append(features(counts))
+            y.append(likert_to_unit(value) if scale == "likert5" else value)
+    if len(y) < len(ACTIONS) + 1:
+        raise StageError(f"ratings {ctx.input_path('ratings')}: {len(y)} usable rows, need at least {len(ACTIONS) + 1}")
+    coefficients, rank, rmse = fit(np.array(X), np.array(y))
+    result = {"coefficients": coefficients, "n": len(y), "rmse": rmse, "rank": rank, "identifiable": rank == len(ACTIONS) + 1}
+    ctx.stats["rank"] = rank
+    ctx.count_output("coefficients", len(y))
+    atomic_write_bytes(ctx.output_path("coefficients"), json.dumps(result, indent=2).encode())
+
+
+STAGE = Stage(
+    name="citeeval_fit",
+    version=VERSION,
+    doc=__doc__,
+    inputs={"ratings": Input("human ratings with action counts (CSV or JSON lines)", kind="file")},
+    outputs={"coefficients": Output(None, "fitted Eq. 3 coefficients (JSON)")},
+    params={"rating_scale": Param(str, "likert5", "likert5: ratings 1-5, normalised (r-1)/4; unit: already on [0, 1]")},
+    run=run,
+)
+
+if __name__ == "__main__":
+    STAGE.main()

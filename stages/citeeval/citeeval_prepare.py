@@ -1,0 +1,255 @@
+"""Responses -> statements with citations, CiteEval's post-processing (citeeval.txt App. C.2; §2.1
+statements; Table 9's "No answer is found").
+
+For each response, in this order:
+1. Thinking: everything up to the first `</thinking>` is dropped (the seed's generation prompt puts
+   the thinking first); an unclosed `<thinking>` drops the rest of the response.
+2. Sentences: each non-empty line is split offline with blingfire (the seed uses NLTK's
+   tokenizer; blingfire is the project's offline splitter). Statements are sentences (§8).
+3. Citations: `[k]` markers (the seed's regex `\\[(\\d+)\\]`) are taken out of the statement text.
+   Markers that open a sentence belong to the statement before it; a sentence made only of
+   markers is folded into the one before. Ids that name none of the response's passages are
+   dropped (kept in `dropped`; for CiteEval's own files the ids are 1..N, the seed's "[1, 10]").
+   A citation given twice to one statement counts once (first-seen order).
+4. Fragments: a statement shorter than `min_statement_chars` characters (citations removed, e.g.
+   "Yes." or "e.g." splits) is merged into the statement before it, with its citations.
+5. Unanswerable: a response that is the single statement "No answer is found…" is kept as one
+   uncited statement flagged `unanswerable`; context attribution gives it 3 (Response) by Table
+   10's tie rule, so it is never rated.
+
+Inputs (one of them):
+- responses: `citeeval_responses`, the table every evaluation feeds CiteEval-Auto with (README
+  "CiteEval-Auto"): response_id, model, source, query, passages [{id, title, text, mode}], response,
+  mode. Text items are passages as they are; an image item is its caption or text stand-in
+  (`mode` per passage and per row).
+- citeeval_json: a file in CiteEval's JSON format, a list of samples `{sample_idx, query,
+  passages: [{id, title, text}], prediction, prediction_sentences_and_citations: [{id, sentence,
+  citations}]}`. A sample with its sentences is imported as it is (only out-of-range and duplicate
+  citations are removed); a sample with only `prediction` (or `pred`, the system-output format)
+  goes through steps 1-5.
+Outputs: responses (citeeval_prepared, one row per response), statements (citeeval_statements,
+not counted), export (the prepared responses in CiteEval's JSON format: importing it again gives
+the same statements).
+Rejects: bad_record (no query or passages, or a malformed sample), duplicate_id (a response id
+seen before), empty_response (nothing left after the thinking block).
+Params: model (model name for a CiteEval file's samples), min_statement_chars, limit.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import blingfire
+
+from stages.core.citeeval import CITATION
+from stages.core.ids import content_id
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
+from stages.core.tables import atomic_write_bytes
+
+VERSION = "1"
+_LEADING = re.compile(r"^\W*?((?:\s*\[\d+\])+)")
+_MARKER = re.compile(r"\s*\[\d+\]")
+_NO_ANSWER = re.compile(r"^\W*no answer (?:is|was|could be) found\b", re.I)
+
+
+def drop_thinking(text: str) -> tuple[str, bool]:
+    """The response without its thinking block, and whether one was there."""
+    close = text.find("</thinking>")
+    if close >= 0:
+        return text[close + len("</thinking>"):].strip(), True
+    opening = text.find("<thinking>")
+    if opening >= 0:
+        return text[:opening].strip(), True
+    return text.strip(), False
+
+
+def _ids(text: str) -> list[int]:
+    return [int(k) for k in CITATION.findall(text)]
+
+
+def split_statements(text: str, min_chars: int) -> list[dict]:
+    """Statements {sentence, citations (all, in order, duplicates kept)} of a response body."""
+    statements: list[dict] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        for raw in blingfire.text_to_sentences(line.strip()).split("\n"):
+            raw = raw.strip()
+            if not raw:
+                continue
+            lead = _LEADING.match(raw)
+            if lead and statements:  # "[2] Next claim": [2] closes the statement before
+                statements[-1]["citations"] += _ids(lead.group(1))
+                raw = raw[lead.end():]
+            clean = _MARKER.sub("", raw).strip()
+            if statements and len(clean) < min_chars:  # a marker-only sentence or a short fragment
+                last = statements[-1]
+                last["sentence"] = f"{last['sentence']} {clean}".strip()
+                last["citations"] += _ids(raw)
+                continue
+            if clean:
+                statements.append({"sentence": clean, "citations": _ids(raw)})
+    return statements
+
+
+def keep_citations(citations: list[int], passage_ids: set[int]) -> tuple[list[int], list[int]]:
+    """(kept: in range, each once, first-seen order; dropped: out of range, each once)."""
+    kept = [c for c in dict.fromkeys(citations) if c in passage_ids]
+    dropped = [c for c in dict.fromkeys(citations) if c not in passage_ids]
+    return kept, dropped
+
+
+def is_unanswerable(statements: list[dict]) -> bool:
+    return len(statements) == 1 and bool(_NO_ANSWER.match(statements[0]["sentence"]))
+
+
+def prepare(response: dict, min_chars: int, given: list[dict] | None = None) -> tuple[dict, list[dict]]:
+    """The citeeval_prepared row and the statement rows of one response. `given`: statements
+    already split (a CiteEval file's own), used as they are."""
+    passage_ids = {p["id"] for p in response["passages"]}
+    if given is None:
+        text, thinking = drop_thinking(response["response"] or "")
+        if not text:
+            raise Reject("empty_response", f"nothing left after the thinking block: {(response['response'] or '')[:200]!r}")
+        statements = split_statements(text, min_chars)
+        if not statements:
+            raise Reject("empty_response", f"no statement in {text[:200]!r}")
+    else:
+        text, thinking, statements = response["response"], False, given
+    unanswerable = is_unanswerable(statements)
+    rows, all_dropped = [], []
+    for index, statement in enumerate(statements, start=1):
+        kept, dropped = keep_citations(statement["citations"], passage_ids)
+        all_dropped += dropped
+        rows.append({
+            "id": content_id("stmt", response["response_id"], index),
+            "response_id": response["response_id"], "model": response["model"], "sentence_id": index,
+            "sentence": statement["sentence"], "citations": kept, "dropped": dropped, "unanswerable": unanswerable,
+        })
+    prepared = {
+        "id": response["response_id"], "model": response["model"], "source": response["source"],
+        "query": response["query"], "passages": response["passages"], "mode": response["mode"],
+        "prediction": text, "thinking_dropped": thinking, "unanswerable": unanswerable,
+        "n_statements": len(rows), "dropped_citations": all_dropped,
+    }
+    return prepared, rows
+
+
+def from_citeeval_sample(sample: dict, model: str) -> tuple[dict, list[dict] | None]:
+    """A CiteEval JSON sample as a citeeval_responses row, and its own statements if it has them."""
+    if not isinstance(sample, dict):
+        raise Reject("bad_record", f"a sample is a JSON object, got {type(sample).__name__}")
+    prediction = sample.get("prediction", sample.get("pred"))
+    wrong = [k for k, ok in (("query", isinstance(sample.get("query"), str)), ("passages", isinstance(sample.get("passages"), list)),
+                             ("prediction", isinstance(prediction, str))) if not ok]
+    if wrong:
+        raise Reject("bad_record", f"sample without a valid {', '.join(wrong)}")
+    passages = []
+    for n, passage in enumerate(sample["passages"], start=1):
+        if not isinstance(passage, dict) or not isinstance(passage.get("text"), str):
+            raise Reject("bad_record", f"passage {n} has no text")
+        if not str(passage.get("id", n)).isdigit():
+            raise Reject("bad_record", f"passage {n} has id {passage['id']!r}, not a number")
+        passages.append({"id": int(passage.get("id", n)), "title": passage.get("title") or "", "text": passage["text"], "mode": "text"})
+    row = {"response_id": str(sample.get("sample_idx", sample.get("id"))), "model": sample.get("model") or model,
+           "source": "citeeval", "query": sample["query"], "passages": passages, "response": prediction, "mode": "text"}
+    given = None
+    if "prediction_sentences_and_citations" in sample:
+        given = []
+        for sentence in sample["prediction_sentences_and_citations"]:
+            try:
+                given.append({"sentence": sentence["sentence"], "citations": [int(c) for c in sentence["citations"]]})
+            except (KeyError, TypeError, ValueError):
+                raise Reject("bad_record", f"malformed sentence {str(sentence)[:200]}") from None
+    return row, given
+
+
+def to_citeeval_sample(prepared: dict, statements: list[dict]) -> dict:
+    """One prepared response in CiteEval's JSON format (the public converter's keys)."""
+    def concat(s):
+        return s["sentence"] + (" " + "".join(f"[{c}]" for c in s["citations"]) if s["citations"] else "")
+
+    return {
+        "sample_idx": prepared["id"],
+        "query": prepared["query"],
+        "passages": [{"id": str(p["id"]), "title": p["title"], "text": p["text"]} for p in prepared["passages"]],
+        "prediction": prepared["prediction"],
+        "prediction_sentences_and_citations": [
+            {"id": str(s["sentence_id"]), "sentence": s["sentence"], "citations": s["citations"], "concat": concat(s)}
+            for s in statements],
+    }
+
+
+def _inputs(ctx) -> list[tuple[str, dict, str | None]]:
+    """(id, record, kind) per response in input order: a citeeval_responses row (kind None) or a
+    CiteEval JSON sample (kind "json")."""
+    if ctx.has_input("responses") == ctx.has_input("citeeval_json"):
+        raise StageError("give exactly one of --input responses=... and --input citeeval_json=...")
+    if ctx.has_input("responses"):
+        return [(r["response_id"], r, None) for r in ctx.read_rows("responses")]
+    path = ctx.input_path("citeeval_json")
+    try:
+        samples = json.loads(open(path, encoding="utf-8").read())
+    except (OSError, json.JSONDecodeError) as err:
+        raise StageError(f"citeeval_json {path}: not a JSON file: {err}") from None
+    if not isinstance(samples, list):
+        raise StageError(f"citeeval_json {path}: a CiteEval file is a JSON list of samples")
+    out = []
+    for n, sample in enumerate(samples):
+        ident = str(sample.get("sample_idx", sample.get("id", f"sample:{n}"))) if isinstance(sample, dict) else f"sample:{n}"
+        out.append((ident, sample, "json"))
+    return out
+
+
+def run(ctx):
+    params = ctx.params
+    items = _inputs(ctx)
+    if params["limit"]:
+        ctx.stats["responses_not_rated_by_limit"] = max(0, len(items) - params["limit"])
+        items = items[: params["limit"]]
+    exported, seen = [], set()
+    for ident, row, kind in items:
+        with ctx.item(ident):
+            if ident in seen:
+                raise Reject("duplicate_id", f"response id {ident} was already prepared")
+            seen.add(ident)
+            given = None
+            if kind == "json":
+                row, given = from_citeeval_sample(row, params["model"])
+            if not row["passages"] or not row["query"]:
+                raise Reject("bad_record", "no passages" if not row["passages"] else "no query")
+            prepared, statements = prepare(row, params["min_statement_chars"], given)
+            ctx.stats["statements"] += len(statements)
+            ctx.stats["uncited_statements"] += sum(1 for s in statements if not s["citations"])
+            ctx.stats["dropped_citations"] += len(prepared["dropped_citations"])
+            ctx.stats["unanswerable"] += prepared["unanswerable"]
+            ctx.stats["thinking_dropped"] += prepared["thinking_dropped"]
+            ctx.write("responses", [prepared])
+            ctx.write("statements", statements)
+            exported.append(to_citeeval_sample(prepared, statements))
+    atomic_write_bytes(ctx.output_path("export"), json.dumps(exported, indent=2, ensure_ascii=False).encode())
+
+
+STAGE = Stage(
+    name="citeeval_prepare",
+    version=VERSION,
+    doc=__doc__,
+    inputs={
+        "responses": Input("citeeval_responses: responses with numbered passages", many=True, optional=True, table="citeeval_responses"),
+        "citeeval_json": Input("a file in CiteEval's JSON format", optional=True, kind="file"),
+    },
+    outputs={
+        "responses": Output("citeeval_prepared", "one row per response, post-processed"),
+        "statements": Output("citeeval_statements", "one row per statement", counted=False),
+        "export": Output(None, "the prepared responses in CiteEval's JSON format"),
+    },
+    params={
+        "model": Param(str, "citeeval-input", "model name for CiteEval-file samples that name none"),
+        "min_statement_chars": Param(int, 20, "a statement shorter than this (citations removed) is merged into the one before"),
+        "limit": Param(int, 0, "rate only the first N responses (0 = all)"),
+    },
+    run=run,
+)
+
+if __name__ == "__main__":
+    STAGE.main()

@@ -1,0 +1,42 @@
+"""CiteEval-Auto's shared vocabulary (citeeval.txt §3.1, §4.2, Eq. 3): the edit actions, Eq. 3 itself
+and the `[k]` citation marker. Used by the CiteEval stages (editdist, fit, prepare, the MCiteBench
+adapter); no stage imports another.
+
+Eq. 3 rates a statement from the actions that turn its citations into good ones:
+
+    r = sum_k d(a_k) * |A_k| / |A| + b
+
+over the seven action types: KEEP (an original citation left as it is), DELETE for reasons 1-3
+(misleading, substandard, redundant) and ADD for reasons 1-3 (evidence, refinement, credibility).
+"""
+from __future__ import annotations
+
+import re
+
+# Action types in a fixed order: the columns of the fit and the keys of the coefficients.
+ACTIONS = ("keep", "delete_misleading", "delete_substandard", "delete_redundant",
+           "add_evidence", "add_refinement", "add_credibility")
+DELETE_REASONS = {1: "delete_misleading", 2: "delete_substandard", 3: "delete_redundant"}
+ADD_REASONS = {1: "add_evidence", 2: "add_refinement", 3: "add_credibility"}
+
+# Fitted on CiteBench's metric development set (CiteEval's public release): the config default.
+PUBLIC_COEFFICIENTS = {
+    "keep": 1.0030, "delete_misleading": 0.0694, "delete_substandard": 0.7977, "delete_redundant": 0.5318,
+    "add_evidence": 0.0, "add_refinement": 0.0162, "add_credibility": 0.4340, "intercept": -0.0109,
+}
+
+CITATION = re.compile(r"\[(\d+)\]")  # the seed's citation regex (App. C.2)
+
+
+def eq3(counts: dict[str, int], coefficients: dict[str, float]) -> float:
+    """Eq. 3 for one statement's action counts. With no action at all (an uncited statement the
+    model left alone) the sum is empty and the rating is the intercept b."""
+    total = sum(counts.get(a, 0) for a in ACTIONS)
+    if total == 0:
+        return coefficients["intercept"]
+    return sum(coefficients[a] * counts.get(a, 0) / total for a in ACTIONS) + coefficients["intercept"]
+
+
+def likert_to_unit(rating: int | float) -> float:
+    """A 1-5 Likert rating on [0, 1]: (r - 1) / 4, so 1 -> 0, 3 -> 0.5, 5 -> 1 (linear, the ends kept)."""
+    return (rating - 1) / 4

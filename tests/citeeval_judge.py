@@ -1,0 +1,91 @@
+"""A local OpenAI-compatible /v1/chat/completions server on 127.0.0.1 that plays CiteEval-Auto's judge
+by rule, for the CiteEval tests: it reads the sentence ids out of the rendered Table 10 / Table 11
+prompt and answers in the seed's XML-tagged format.
+
+Rules (decided from the prompt text, so every request is answered the same way each time):
+- Table 10 (context): sentence i gets category 2, except a sentence containing "Hello" (1, query)
+  or "In summary" (4, model knowledge).
+- Table 11 (ITERCOE): a sentence citing "1, 2" gets <DELETE citation="2"> DELETE REASON 3 </DELETE>
+  and rating 4; an uncited one <ADD citation="1"> ADD REASON 1 </ADD> and rating 2; others N/A and 5.
+- A query containing "MALFORMED" is always answered without any category/editing/rating tag;
+  "FLAKY" is answered with a malformed rating ("five") the first time a prompt is seen, then
+  correctly (the client's retry samples with another seed).
+Requests are recorded (`requests`: the prompt texts).
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def context_answer(prompt: str) -> str:
+    block = prompt.split("<response>", 1)[1]
+    out = []
+    for sid, text in re.findall(r'<sentence sentence_id="(\d+)">(.*?)</sentence>', block):
+        category = 1 if "Hello" in text else 4 if "In summary" in text else 2
+        out.append(f"<thinking> sentence {sid} </thinking>\n<category sentence_id=\"{sid}\"> {category} </category>")
+    return "\n".join(out)
+
+
+def itercoe_answer(prompt: str, broken: bool) -> str:
+    block = prompt.split("<citations>", 1)[1]
+    out = []
+    for sid, cites in re.findall(r'<citation sentence_id="(\d+)" sentence="[^"]*">\s*(.*?)\s*</citation>', block):
+        if cites == "1, 2":
+            edits, rating = '<DELETE citation="2"> DELETE REASON 3 </DELETE>', 4
+        elif cites == "none":
+            edits, rating = '<ADD citation="1"> ADD REASON 1 </ADD>', 2
+        else:
+            edits, rating = "N/A", 5
+        out.append(f"<thinking> sentence {sid} </thinking>\n<editing sentence_id=\"{sid}\"> {edits} </editing>\n"
+                   f"<rating sentence_id=\"{sid}\"> {'five' if broken else rating} </rating>")
+    return "\n".join(out)
+
+
+class RuleJudge:
+    def __init__(self):
+        self.requests: list[str] = []
+        self.seen: set[str] = set()
+        self.lock = threading.Lock()
+        judge = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                prompt = body["messages"][-1]["content"]
+                with judge.lock:
+                    judge.requests.append(prompt)
+                    first = prompt not in judge.seen
+                    judge.seen.add(prompt)
+                query = prompt.split("<query>", 1)[1].split("</query>", 1)[0]
+                if "MALFORMED" in query:
+                    text = "<thinking> I am not sure. </thinking> The citations look fine."
+                elif "<categories>" in prompt:
+                    text = context_answer(prompt)
+                else:
+                    text = itercoe_answer(prompt, broken="FLAKY" in query and first)
+                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                                   "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(text) // 4}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def llm(self, tmp_path) -> dict:
+        """llm settings that send the judge's calls here, with a per-test cache."""
+        return {"backend": "openai", "model": "rule-judge", "cache": {"path": str(tmp_path / "llm.sqlite")},
+                "openai": {"base_url": self.url, "concurrency": 2, "logprobs": False}}
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,134 @@
+"""citeeval_prepare (CiteEval App. C.2 post-processing, CiteEval JSON import/export) and the MCiteBench
+adapter, through their real CLIs on hand-made inputs."""
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import run_stage
+from eval_fixtures import response_row
+from stages.core.tables import write_table
+
+PASSAGES = [{"id": k, "title": f"T{k}", "text": f"passage {k} text", "mode": "text"} for k in (1, 2, 3)]
+
+
+def responses_file(tmp_path, texts: dict[str, str]):
+    rows = [{"response_id": rid, "model": "m", "source": "mcitebench", "query": "Why is the sky blue?", "passages": PASSAGES,
+             "response": text, "mode": "text"} for rid, text in texts.items()]
+    path = tmp_path / "responses.parquet"
+    write_table(path, rows, "citeeval_responses")
+    return path
+
+
+def prepare(tmp_path, *inputs, params="{}"):
+    out = {name: tmp_path / f"{name}.out" for name in ("responses", "statements", "export")}
+    run_stage("citeeval_prepare", *inputs, "--output", f"responses={out['responses']}", "--output", f"statements={out['statements']}",
+              "--output", f"export={out['export']}", "--params", params)
+    statements = {}
+    for s in pq.read_table(out["statements"]).to_pylist():
+        statements.setdefault(s["response_id"], []).append((s["sentence"], s["citations"], s["dropped"]))
+    return pq.read_table(out["responses"]).to_pylist(), statements, json.loads(out["export"].read_text()), out
+
+
+def test_post_processing_rules(tmp_path):
+    texts = {
+        "leading": "The sky scatters blue light strongly [1]. [2] Sunsets look red because of longer paths [3].",
+        "fragment": "Rayleigh scattering explains the colour [1]. Yes [2]. Blue light has a short wavelength [3].",
+        "range": "Short waves scatter more than long ones [1][7][0].",
+        "duplicates": "Air molecules scatter sunlight in all directions [2][2][1][2].",
+        "thinking": "<thinking>The passages say scattering [9].</thinking>\nScattering by air makes the sky blue [1].",
+        "unclosed": "Scattering by the air makes it blue [1]. <thinking> now let me think about passage 2",
+        "no_answer": "<thinking>Nothing relevant.</thinking> No answer is found.",
+        "empty": "<thinking>only thoughts, the answer never came",
+    }
+    responses, statements, export, out = prepare(tmp_path, "--input", f"responses={responses_file(tmp_path, texts)}")
+    assert statements["leading"] == [("The sky scatters blue light strongly.", [1, 2], []),
+                                     ("Sunsets look red because of longer paths.", [3], [])]
+    assert statements["fragment"] == [("Rayleigh scattering explains the colour. Yes.", [1, 2], []),
+                                      ("Blue light has a short wavelength.", [3], [])]
+    assert statements["range"] == [("Short waves scatter more than long ones.", [1], [7, 0])]
+    assert statements["duplicates"] == [("Air molecules scatter sunlight in all directions.", [2, 1], [])]
+    assert statements["thinking"] == [("Scattering by air makes the sky blue.", [1], [])]
+    assert statements["unclosed"] == [("Scattering by the air makes it blue.", [1], [])]
+    assert statements["no_answer"] == [("No answer is found.", [], [])]
+    by_id = {r["id"]: r for r in responses}
+    assert by_id["no_answer"]["unanswerable"] and not by_id["leading"]["unanswerable"]
+    assert by_id["thinking"]["thinking_dropped"] and by_id["thinking"]["prediction"] == "Scattering by air makes the sky blue [1]."
+    assert by_id["range"]["dropped_citations"] == [7, 0]
+    assert "empty" not in by_id
+    rejects = pq.read_table(f"{out['responses']}.rejects.parquet").to_pylist()
+    assert [(r["id"], r["reason"]) for r in rejects] == [("empty", "empty_response")]
+    assert [s["sample_idx"] for s in export] == [r["id"] for r in responses]
+
+
+def test_citeeval_json_round_trip(tmp_path):
+    samples = [{
+        "sample_idx": "ex1", "query": "can use hkd in shenzhen?",
+        "passages": [{"id": "1", "title": "", "text": "HKD is almost useless in Shenzhen."},
+                     {"id": "2", "title": "t", "text": "You may find a merchant who takes HKD."}],
+        "prediction": "HKD is almost useless in Shenzhen [1]. Some merchants take it [2][1].",
+        "prediction_sentences_and_citations": [
+            {"id": "1", "sentence": "HKD is almost useless in Shenzhen.", "citations": [1], "concat": "HKD is almost useless in Shenzhen. [1]"},
+            {"id": "2", "sentence": "Some merchants take it.", "citations": [2, 1], "concat": "Some merchants take it. [2][1]"},
+            {"id": "3", "sentence": "Final answer: no.", "citations": [], "concat": "Final answer: no."}],
+    }]
+    given = tmp_path / "in.citeeval.json"
+    given.write_text(json.dumps(samples))
+    _, statements, export, out = prepare(tmp_path, "--input", f"citeeval_json={given}")
+    assert export == samples
+    assert statements["ex1"][2] == ("Final answer: no.", [], [])
+    # the export reads back to the same statements
+    again = tmp_path / "again"
+    again.mkdir()
+    _, statements2, export2, _ = prepare(again, "--input", f"citeeval_json={out['export']}")
+    assert statements2 == statements and export2 == samples
+
+
+def test_system_output_format_is_split(tmp_path):
+    given = tmp_path / "system.json"
+    given.write_text(json.dumps([{"id": "s1", "query": "q?", "passages": [{"text": "a"}, {"text": "b"}],
+                                  "pred": "The first claim is supported here [1]. [2] The second claim is here too."},
+                                 {"id": "s2", "query": "q?", "passages": "not a list", "pred": "x"}]))
+    responses, statements, export, out = prepare(tmp_path, "--input", f"citeeval_json={given}", params='{"model": "sys-a"}')
+    assert statements["s1"] == [("The first claim is supported here.", [1, 2], []), ("The second claim is here too.", [], [])]
+    assert responses[0]["model"] == "sys-a" and [p["id"] for p in responses[0]["passages"]] == [1, 2]
+    assert export[0]["passages"][1] == {"id": "2", "title": "", "text": "b"}
+    rejects = pq.read_table(f"{out['responses']}.rejects.parquet").to_pylist()
+    assert [(r["id"], r["reason"]) for r in rejects] == [("s2", "bad_record")]
+
+
+def test_limit_rates_the_first_responses(tmp_path):
+    texts = {f"r{i}": f"Claim number {i} is supported by evidence [1]." for i in range(4)}
+    responses, _, _, out = prepare(tmp_path, "--input", f"responses={responses_file(tmp_path, texts)}", params='{"limit": 2}')
+    assert [r["id"] for r in responses] == ["r0", "r1"]
+    assert json.loads((tmp_path / "responses.out.report.json").read_text())["stats"]["responses_not_rated_by_limit"] == 2
+
+
+def test_mcitebench_responses_become_numbered_passages(tmp_path):
+    row = response_row("q1", "Accuracy rises with depth [3], Figure 1 and Table 2 show it [1, 2]. Fig. 9 is unrelated.",
+                       ["[3]"], labels=["[1]", "[2]", "Figure 1", "Table 2", "[3]"])
+    row["items"][2]["caption"] = "Accuracy by depth."
+    src = tmp_path / "eval_responses.parquet"
+    write_table(src, [row], "eval_responses")
+    out = tmp_path / "ce.parquet"
+    run_stage("citeeval_from_mcitebench", "--input", f"responses={src}", "--output", f"responses={out}")
+    got = pq.read_table(out).to_pylist()[0]
+    assert [(p["id"], p["title"], p["mode"]) for p in got["passages"]] == [
+        (1, "", "text"), (2, "", "text"), (4, "Figure 1", "caption"), (5, "Table 2", "label"), (3, "", "text")]
+    assert got["passages"][2]["text"] == "Accuracy by depth."
+    assert got["response"] == "Accuracy rises with depth [3], Figure 1 [4] and Table 2 [5] show it [1][2]. Fig. 9 is unrelated."
+    assert got["mode"] == "caption+label" and got["query"] == "Why?" and got["source"] == "mcitebench"
+    assert json.loads(out.with_name("ce.parquet.report.json").read_text())["stats"]["refs_not_in_input"] == 1
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("No answer is found.", True),
+    ("no answer was found in the passages", True),
+    ("No answer is found. But the sky is blue [1].", False),
+])
+def test_unanswerable_detection(text, expected):
+    from stages.citeeval.citeeval_prepare import is_unanswerable, split_statements
+
+    assert is_unanswerable(split_statements(text, 20)) is expected
