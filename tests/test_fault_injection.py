@@ -130,7 +130,7 @@ def openreview(httpserver):
 
 def harvest(tmp_path, url: str, **params) -> tuple[int | str | None, dict | None, float]:
     out = tmp_path / "out"
-    settings = {"base_url": url, "mode": "live", "raw_cache": str(tmp_path / "raw"), "pdf_store": str(tmp_path / "pdfs"),
+    settings = {"base_url": url, "mode": "live", "allow_networks": ["127.0.0.1/32"], "pdf_store": str(tmp_path / "pdfs"),
                 "page_size": 4, "requests_per_second": 0.0, "retry_attempts": ATTEMPTS, "retry_max_sleep": MAX_SLEEP,
                 "timeout_s": TIMEOUT, **params}
     argv = ["--params", json.dumps(settings)] + [a for t in ("papers", "reviews", "comments", "threads") for a in ("--output", f"{t}={out / t}.parquet")]
@@ -151,7 +151,7 @@ def test_openreview_pdfs_recover_from_one_fault_each(openreview, tmp_path):
     code, report, elapsed = harvest(tmp_path, openreview.url())
     assert code is None and report["rows_out"]["papers"] == len(FAULTS) and report["rejected"] == 0
     assert report["stats"]["pdfs"] == len(FAULTS)
-    assert report["stats"]["http_retries"] == len(FAULTS) - 1  # the redirect is followed, not retried
+    assert report["stats"]["fetch_retries"] == len(FAULTS) - 1  # the redirect is followed, not retried
     assert elapsed < len(FAULTS) * worst_case(ATTEMPTS, TIMEOUT, MAX_SLEEP)
 
 
@@ -184,7 +184,7 @@ def test_openreview_listing_recovers_from_one_fault(openreview, tmp_path, fault)
 def test_openreview_listing_that_never_comes_fails_in_one_line(openreview, tmp_path, fault):
     openreview.inject("/notes", fault, times=None)
     code, report, elapsed = harvest(tmp_path, openreview.url(), download_pdfs=False)
-    assert isinstance(code, str) and code.startswith("harvest_openreview: error: GET /notes?") and "\n" not in code, code
+    assert isinstance(code, str) and code.startswith("harvest_openreview: error: OpenReview GET /notes?") and "\n" not in code, code
     assert report is None and not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
     assert elapsed < worst_case(ATTEMPTS, TIMEOUT, MAX_SLEEP) + 2
 

@@ -233,7 +233,7 @@ def fetcher_for(ctx) -> Fetcher:
         raise StageError(f"mode {p['mode']} needs param 'warc', the WARC file it writes or reads")
     try:
         settings = FetchSettings.from_dict({
-            "mode": p["mode"], "timeout_s": p["timeout_s"], "max_bytes": API_MAX_BYTES, "attempts": p["retry_attempts"],
+            "mode": p["mode"], "timeout_s": p["timeout_s"], "total_timeout_s": p["timeout_s"], "max_bytes": API_MAX_BYTES, "attempts": p["retry_attempts"],
             "max_retry_sleep_s": p["retry_max_sleep"], "per_host_concurrency": 1, "per_host_rate": p["requests_per_second"],
             "allow_networks": p["allow_networks"], "replay_warcs": [warc] if p["mode"] == "replay" else [],
         })
@@ -349,7 +349,7 @@ STAGE = Stage(
         "requests_per_second": Param(float, 1.0, "request rate bound per host", min=0),
         "retry_attempts": Param(int, 5, "tries per request on 429/5xx/timeouts", min=1),
         "retry_max_sleep": Param(float, 60.0, "longest wait between tries (caps Retry-After)", min=0),
-        "timeout_s": Param(float, 60.0, "per-request timeout", above=0),
+        "timeout_s": Param(float, 60.0, "per-request timeout, also the bound on reading one whole answer", above=0),
         "allow_networks": Param(list, [], "CIDRs the fetch layer's address guard lets through (a local mirror, tests)", items=str),
         "username_env": Param(str, "OPENREVIEW_USERNAME", "environment variable holding the login (optional)"),
         "password_env": Param(str, "OPENREVIEW_PASSWORD", "environment variable holding the password (optional)"),

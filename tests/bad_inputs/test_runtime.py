@@ -175,5 +175,5 @@ def test_a_question_id_given_twice_is_a_duplicate_id_reject(tmp_path):
     rejects = pq.read_table(f"{out}.rejects.parquet").to_pylist()
     assert sorted(r["question_id"] for r in rows) == sorted([records[0]["question_id"], records[1]["question_id"]])
     assert [(r["id"], r["reason"]) for r in rejects] == [(str(records[1]["question_id"]), "duplicate_id")]
-    assert "already read on line 2" in rejects[0]["detail"]
+    assert "question_id seen on line 2" in rejects[0]["detail"]
     assert next(r for r in rows if r["question_id"] == records[1]["question_id"])["question"] == records[1]["question"]
