@@ -25,7 +25,7 @@ scored + rejected.
 """
 from __future__ import annotations
 
-from stages.core.llm import BACKENDS, LLMClient, LLMRequest, resolve_settings
+from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "1"
@@ -47,7 +47,7 @@ def run(ctx) -> None:
         raise StageError(f"param placeholder must contain {{n}}, got {p['placeholder']!r}")
     text_llm = p["llm"]
     image_llm = {**p["llm"], **p["vision_llm"]}
-    vision = p["vision"] if p["vision"] is not None else BACKENDS[resolve_settings(image_llm)["backend"]].sees_images
+    vision = sees_images({"vision": p["vision"], "llm": image_llm})
     if vision and not ctx.has_input("images"):
         raise StageError("the image scorer takes images (vision) but no `images` input (images_cached) was given")
     questions = {q["id"]: q["question"] for q in ctx.read_rows("queries")}
