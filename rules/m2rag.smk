@@ -96,7 +96,7 @@ if M2RAG.get("enabled", False):
     _m2_fetch_mode = config.get("fetch", {}).get("mode", "live")
     _m2_fetch = {k: v for k, v in config.get("fetch", {}).items() if k != "replay_warcs"}
     _m2_replay = {"warcs": _m2_retr.get("replay_warcs", [])} if _m2_fetch_mode == "replay" else {}
-    _m2_search = _m2_retr.get("search", {})
+    _m2_search = _m2_retr.get("search_web", {})
 
     def _m2_record(stage):
         return {"sidecar_warc": f"{RUNDIR}/warc/m2rag/{stage}.warc.gz"} if _m2_fetch_mode == "record" else {}
@@ -139,7 +139,7 @@ if M2RAG.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("fetch_pages"),
-            settings=settings({**_m2_retr.get("pages", {}), "fetch": _m2_fetch, "record_warc": _m2_record("fetch_pages").get("sidecar_warc", "")}),
+            settings=settings({**_m2_retr.get("fetch_pages", {}), "fetch": _m2_fetch, "record_warc": _m2_record("fetch_pages").get("sidecar_warc", "")}),
         log:
             log_path("m2rag", "fetch_pages"),
         benchmark:
@@ -157,7 +157,7 @@ if M2RAG.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("split_pages"),
-            settings=settings(_m2_retr.get("split", {})),
+            settings=settings(_m2_retr.get("split_pages", {})),
         log:
             log_path("m2rag", "split_pages"),
         benchmark:
@@ -182,7 +182,7 @@ if M2RAG.get("enabled", False):
                 **{k: v for k, v in M2RAG.get("score_elements", {}).items() if k != "vision_llm"},
                 "llm": m2rag_llm("score_elements"),
                 "vision_llm": M2RAG.get("score_elements", {}).get("vision_llm", {}),
-                "placeholder": _m2_retr.get("split", {}).get("placeholder", "<image_{n}>"),
+                "placeholder": _m2_retr.get("split_pages", {}).get("placeholder", "<image_{n}>"),
             }),
         resources:
             gpu=gpus(m2rag_llm("score_elements")),

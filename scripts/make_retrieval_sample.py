@@ -168,7 +168,7 @@ def main() -> None:
     parser.add_argument("--eli5", default="data/samples/eli5.jsonl", help="the M2RAG demo's ELI5 questions")
     parser.add_argument("--out", default="data/samples/retrieval/web.warc.gz", type=Path)
     args = parser.parse_args()
-    search = yaml.safe_load(Path(args.config).read_text())["retrieval"]["search"]
+    search = yaml.safe_load(Path(args.config).read_text())["retrieval"]["search_web"]
     provider = GoogleSearch(search["google"], need_key=False)
     queries = [json.loads(line) for line in Path(args.queries).read_text().splitlines() if line.strip()]
     recorder = WarcRecorder(args.out)
