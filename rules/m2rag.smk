@@ -1,5 +1,7 @@
-# M2RAG family (seed m2rag.txt §4.1, App. A): ELI5 queries -> figure 5/6 filters -> figure 7
-# topic classification -> release. Model stages get the `llm:` section (with the step's `llm`
+# M2RAG family (seed m2rag.txt §4.1-4.3, App. A-B): ELI5 queries -> figure 5/6 filters -> figure 7
+# topic classification -> the per-topic sample -> web pages (the shared retrieval stages search_web,
+# fetch_pages, split_pages, run here on the sampled queries with the `retrieval:` section's provider,
+# fetch, page and split settings) -> figure 8/9 element scores -> release. Model stages get the `llm:` section (with the step's `llm`
 # overrides merged in) and list their prompt and answer-schema files as inputs, so editing a prompt
 # reruns exactly the rules that use it and their descendants.
 M2RAG = config.get("m2rag", {})
@@ -72,13 +74,137 @@ if M2RAG.get("enabled", False):
         shell:
             stage_shell("classify_queries")
 
+    rule sample_queries:
+        input:
+            stage=stage_code("sample_queries"),
+            classified_queries=expand(rules.classify_queries.output.classified_queries, shard=SHARDS),
+        output:
+            sampled_queries=run_path("m2rag", "sample_queries", "sampled_queries"),
+        params:
+            io=stage_io,
+            version=stage_version("sample_queries"),
+            settings=settings(M2RAG.get("sample_queries", {})),
+        log:
+            log_path("m2rag", "sample_queries"),
+        benchmark:
+            bench_path("m2rag", "sample_queries")
+        shell:
+            stage_shell("sample_queries")
+
+    # the retrieval stages on the sampled queries (rule names prefixed; the stages are the shared ones)
+    _m2_retr = config.get("retrieval", {})
+    _m2_fetch_mode = config.get("fetch", {}).get("mode", "live")
+    _m2_fetch = {k: v for k, v in config.get("fetch", {}).items() if k != "replay_warcs"}
+    _m2_replay = {"warcs": _m2_retr.get("replay_warcs", [])} if _m2_fetch_mode == "replay" else {}
+    _m2_search = _m2_retr.get("search_web", {})
+
+    def _m2_record(stage):
+        return {"sidecar_warc": f"{RUNDIR}/warc/m2rag/{stage}.warc.gz"} if _m2_fetch_mode == "record" else {}
+
+    rule m2rag_search_web:
+        input:
+            stage=stage_code("search_web"),
+            queries=rules.sample_queries.output.sampled_queries,
+            **_m2_replay,
+        output:
+            results=run_path("m2rag", "search_web", "results"),
+            sidecar_rejects=run_path("m2rag", "search_web", "results") + ".rejects.parquet",
+            **_m2_record("search_web"),
+        params:
+            io=stage_io,
+            version=stage_version("search_web"),
+            settings=settings({
+                "provider": _m2_search.get("provider", "google"),
+                "provider_settings": _m2_search.get(_m2_search.get("provider", "google"), {}),
+                **{k: _m2_search[k] for k in ("cache_dir", "cache_mode") if k in _m2_search},
+                **M2RAG.get("search_web", {}), "id_column": "id", "text_column": "question",
+                "fetch": _m2_fetch, "record_warc": _m2_record("search_web").get("sidecar_warc", ""),
+            }),
+        log:
+            log_path("m2rag", "search_web"),
+        benchmark:
+            bench_path("m2rag", "search_web")
+        shell:
+            stage_shell("search_web")
+
+    rule m2rag_fetch_pages:
+        input:
+            stage=stage_code("fetch_pages"),
+            results=rules.m2rag_search_web.output.results,
+            **_m2_replay,
+        output:
+            pages=run_path("m2rag", "fetch_pages", "pages"),
+            sidecar_rejects=run_path("m2rag", "fetch_pages", "pages") + ".rejects.parquet",
+            **_m2_record("fetch_pages"),
+        params:
+            io=stage_io,
+            version=stage_version("fetch_pages"),
+            settings=settings({**_m2_retr.get("fetch_pages", {}), "fetch": _m2_fetch, "record_warc": _m2_record("fetch_pages").get("sidecar_warc", "")}),
+        log:
+            log_path("m2rag", "fetch_pages"),
+        benchmark:
+            bench_path("m2rag", "fetch_pages")
+        shell:
+            stage_shell("fetch_pages")
+
+    rule m2rag_split_pages:
+        input:
+            stage=stage_code("split_pages"),
+            pages=rules.m2rag_fetch_pages.output.pages,
+        output:
+            elements=run_path("m2rag", "split_pages", "elements"),
+            sidecar_rejects=run_path("m2rag", "split_pages", "elements") + ".rejects.parquet",
+        params:
+            io=stage_io,
+            version=stage_version("split_pages"),
+            settings=settings(_m2_retr.get("split_pages", {})),
+        log:
+            log_path("m2rag", "split_pages"),
+        benchmark:
+            bench_path("m2rag", "split_pages")
+        shell:
+            stage_shell("split_pages")
+
+    rule score_elements:
+        input:
+            stage=stage_code("score_elements"),
+            prompts=prompt_files("m2rag_score_text", "m2rag_score_image"),
+            elements=rules.m2rag_split_pages.output.elements,
+            queries=rules.sample_queries.output.sampled_queries,
+        output:
+            scored_elements=run_path("m2rag", "score_elements", "scored_elements"),
+            sidecar_rejects=run_path("m2rag", "score_elements", "scored_elements") + ".rejects.parquet",
+        params:
+            io=stage_io,
+            version=stage_version("score_elements"),
+            # a function: the placeholder's {n} is not a wildcard
+            settings=lambda w: settings({
+                **{k: v for k, v in M2RAG.get("score_elements", {}).items() if k != "vision_llm"},
+                "llm": m2rag_llm("score_elements"),
+                "vision_llm": M2RAG.get("score_elements", {}).get("vision_llm", {}),
+                "placeholder": _m2_retr.get("split_pages", {}).get("placeholder", "<image_{n}>"),
+            }),
+        resources:
+            gpu=gpus(m2rag_llm("score_elements")),
+        log:
+            log_path("m2rag", "score_elements"),
+        benchmark:
+            bench_path("m2rag", "score_elements")
+        shell:
+            stage_shell("score_elements")
+
     rule release_m2rag:
         input:
             stage=stage_code("release_m2rag"),
             queries=expand(rules.classify_queries.output.classified_queries, shard=SHARDS),
+            sampled=rules.sample_queries.output.sampled_queries,
+            pages=rules.m2rag_fetch_pages.output.pages,
+            elements=rules.score_elements.output.scored_elements,
             rejects=[rules.harvest_hub_dataset.output.sidecar_rejects]
             + expand(rules.filter_queries.output.sidecar_rejects, shard=SHARDS)
-            + expand(rules.classify_queries.output.sidecar_rejects, shard=SHARDS),
+            + expand(rules.classify_queries.output.sidecar_rejects, shard=SHARDS)
+            + [rules.m2rag_search_web.output.sidecar_rejects, rules.m2rag_fetch_pages.output.sidecar_rejects,
+               rules.m2rag_split_pages.output.sidecar_rejects, rules.score_elements.output.sidecar_rejects],
         output:
             manifest=f"{RUNDIR}/m2rag/release_m2rag/release.json",
         params:
@@ -96,3 +222,5 @@ if M2RAG.get("enabled", False):
     CATALOG_TABLES.extend(rules.harvest_hub_dataset.output.queries)
     CATALOG_TABLES.extend(expand(rules.filter_queries.output.filtered_queries, shard=SHARDS))
     CATALOG_TABLES.extend(expand(rules.classify_queries.output.classified_queries, shard=SHARDS))
+    CATALOG_TABLES.extend([rules.sample_queries.output.sampled_queries, rules.m2rag_search_web.output.results, rules.m2rag_fetch_pages.output.pages,
+                           rules.m2rag_split_pages.output.elements, rules.score_elements.output.scored_elements])

@@ -14,6 +14,12 @@ listed as a page, an empty body, a page in latin-1 (declared in the header) and 
 windows-1252 (declared in <meta>), bytes that are not UTF-8 with no charset declared, and binary
 data served as text/html. Every image a page or an image result names is a small JPEG. Records
 are written with the fetch layer's own WarcRecorder, as a live `record` run would write them.
+
+The M2RAG demo (rules/m2rag.smk) searches the ELI5 sample's questions (data/samples/eli5.jsonl;
+whichever the classifier and sampler keep): every question gets a page answer of
+`m2rag.search_web.page_top_k` results, an explainer built from its ELI5 answer (with a diagram, a
+photo and an advert image) and a loosely related forum page, so the scorer sees useful and
+useless pieces and images.
 """
 from __future__ import annotations
 
@@ -123,6 +129,28 @@ def pages_for(topic: str) -> list[tuple[str, str, list]]:
     return cases[topic]
 
 
+def eli5_pages(qid: str, question: str, answer: str) -> list[tuple[str, str, str]]:
+    """(url, title, html) of the M2RAG demo pages for one ELI5 question."""
+    host = f"www.explainers-{qid}.example"
+    explainer = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(question)} | Explainers</title></head>
+<body><nav><a href="/">Home</a> <a href="/topics">Topics</a></nav>
+<div class="advert"><img src="https://ads.example/banner-{qid}.jpg" alt="Advert: cheap flights"> Win a free trip today!</div>
+<main><article><h1>{html.escape(question)}</h1>
+<p>{html.escape(answer)}</p>
+<figure><img src="/images/diagram.jpg" alt="Diagram: {html.escape(question.lower())}"><figcaption>How it works, step by step.</figcaption></figure>
+<p>In short: {html.escape(answer.split(".")[0])}. See the <a href="/glossary">glossary</a> for the terms used here.</p>
+<img src="https://cdn.{host}/photos/{qid}.jpg" alt="Photo for {html.escape(question.lower())}">
+</article></main><footer>&copy; 2024 Explainers</footer></body></html>"""
+    forum = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Forum: {html.escape(question)}</title></head>
+<body><h1>Re: {html.escape(question)}</h1>
+<p>Great question, I was wondering the same thing last week. Has anyone got a good book on this?</p>
+<p>Off topic, but does anyone know a good pizza place near the station? Asking for a friend.</p>
+</body></html>"""
+    return [(f"https://{host}/q/{qid}", question, explainer), (f"https://forum-{qid}.example/t/1", f"Forum: {question}", forum)]
+
+
 def google_answer(query: str, items: list[dict], start: int, num: int, total: int, image: bool) -> bytes:
     request = {"title": "Google Custom Search - " + query, "totalResults": str(total), "searchTerms": query, "count": num, "startIndex": start, "cx": "demo"}
     if image:
@@ -137,13 +165,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="config/config.yaml")
     parser.add_argument("--queries", default="data/samples/retrieval/queries.jsonl")
+    parser.add_argument("--eli5", default="data/samples/eli5.jsonl", help="the M2RAG demo's ELI5 questions")
     parser.add_argument("--out", default="data/samples/retrieval/web.warc.gz", type=Path)
     args = parser.parse_args()
-    search = yaml.safe_load(Path(args.config).read_text())["retrieval"]["search"]
+    search = yaml.safe_load(Path(args.config).read_text())["retrieval"]["search_web"]
     provider = GoogleSearch(search["google"], need_key=False)
     queries = [json.loads(line) for line in Path(args.queries).read_text().splitlines() if line.strip()]
     recorder = WarcRecorder(args.out)
-    records, images = 0, set()
+    records, images, small = 0, set(), set()
 
     def record(url, status, reason, headers, body):
         nonlocal records
@@ -181,10 +210,28 @@ def main() -> None:
                                           "thumbnailLink": f"https://thumbs.example/{topic}-{n}", "thumbnailHeight": 75, "thumbnailWidth": 100}})
         record(provider.url(query["text"], "image", 1, search["image_top_k"]), 200, "OK", [("Content-Type", "application/json; charset=UTF-8")],
                google_answer(query["text"], image_items, 1, search["image_top_k"], 120, True))
+    m2rag_k = yaml.safe_load(Path(args.config).read_text())["m2rag"]["search_web"]["page_top_k"]
+    for line in Path(args.eli5).read_text().splitlines():
+        row = json.loads(line)
+        question, answer = (row["title"] or "").strip(), (row["answers"]["text"] or [""])[0]
+        if not question:
+            continue
+        pages = eli5_pages(row["q_id"], question, answer)[:m2rag_k]
+        items = [{"kind": "customsearch#result", "title": title, "htmlTitle": html.escape(title), "link": url,
+                  "displayLink": url.split("/")[2], "snippet": f"{title} - {answer[:80]}", "formattedUrl": url} for url, title, _ in pages]
+        record(provider.url(question, "page", 1, m2rag_k), 200, "OK", [("Content-Type", "application/json; charset=UTF-8")],
+               google_answer(question, items, 1, m2rag_k, 100, False))
+        for url, _, body in pages:
+            record(url, 200, "OK", HTML, body.encode())
+            for src in body.split('src="')[1:]:
+                src = src.split('"', 1)[0]
+                small.add(src if src.startswith("https://") else f"https://{url.split('/')[2]}{src}")
     for url in sorted(images):
         record(url, 200, "OK", [("Content-Type", "image/jpeg")], jpeg(url))
+    for url in sorted(small - images):  # the M2RAG demo's images: small, to keep the archive small
+        record(url, 200, "OK", [("Content-Type", "image/jpeg")], jpeg(url, (96, 72)))
     recorder.commit()
-    print(f"wrote {records} records ({len(images)} images) to {args.out} ({args.out.stat().st_size / 1e3:.0f} kB)")
+    print(f"wrote {records} records ({len(images | small)} images) to {args.out} ({args.out.stat().st_size / 1e3:.0f} kB)")
 
 
 if __name__ == "__main__":

@@ -49,3 +49,60 @@ def test_release_tables_card_and_version(tmp_path):
     card = open(f"{folder}/README.md").read()
     assert "| ID | Category Name | Num. Samples |" in card and "| 2 | Science & Mathematics | 2 |" in card
     assert "| classify_queries | invalid_answer | 1 |" in card
+
+
+def test_benchmark_tables_jsonl_and_table4_equal_duckdb_queries(tmp_path):
+    classified = [row(1, [1, 2]), row(2, [2]), row(3, [11]), row(4, [1])]
+    write_table(tmp_path / "c.parquet", classified, "m2rag_classified_queries")
+    write_table(tmp_path / "s.parquet", [{**classified[0], "sample_category": 1}, {**classified[1], "sample_category": 2}], "m2rag_sampled_queries")
+
+    def page(qid, rank):
+        return {"id": f"page:{qid}:{rank}", "query_id": qid, "result_id": f"r:{qid}:{rank}", "rank": rank, "url": f"https://p{rank}.example/{qid}",
+                "final_url": f"https://p{rank}.example/{qid}", "status": 200, "content_type": "text/html", "charset": "utf-8", "sha256": "0" * 64,
+                "title": f"Page {rank}", "markdown": "x", "chars": 1, "images": 1, "reader": "local"}
+
+    def el(page_id, qid, order, kind, score, n=None):
+        return {"element_id": f"el:{page_id}:{order}", "page_id": page_id, "query_id": qid, "order": order, "kind": kind,
+                "text": f"piece {order}" if kind == "text" else "alt", "image_url": "" if kind == "text" else f"https://i.example/{page_id}/{order}.jpg",
+                "placeholder": n, "chars": 7, "score": score, "analysis": "ok" if kind == "text" else "",
+                "mode": kind if kind == "text" else "text_stand_in", "image_sha256": ""}
+
+    pages = [page("eli5:1", 2), page("eli5:1", 1), page("eli5:2", 1), page("eli5:4", 1)]  # eli5:4 is not sampled: left out
+    elements = [el("page:eli5:1:1", "eli5:1", 1, "image", 6, 1), el("page:eli5:1:1", "eli5:1", 0, "text", 8),
+                el("page:eli5:1:2", "eli5:1", 0, "text", 1), el("page:eli5:2:1", "eli5:2", 0, "text", 3),
+                el("page:eli5:2:1", "eli5:2", 1, "image", 9, 1), el("page:eli5:2:1", "eli5:2", 2, "image", 2, 2),
+                el("page:eli5:4:1", "eli5:4", 0, "text", 5)]
+    write_table(tmp_path / "p.parquet", pages, "retrieval_pages")
+    write_table(tmp_path / "e.parquet", elements, "m2rag_scored_elements")
+    manifest = tmp_path / "release.json"
+    run_stage("release_m2rag", "--input", f"queries={tmp_path / 'c.parquet'}", "--input", f"sampled={tmp_path / 's.parquet'}",
+              "--input", f"pages={tmp_path / 'p.parquet'}", "--input", f"elements={tmp_path / 'e.parquet'}", "--output", f"manifest={manifest}",
+              "--params", json.dumps({"name": "m2rag-test", "releases_dir": str(tmp_path / "rel"), "categories": CATEGORIES}))
+    folder = json.loads(manifest.read_text())["path"]
+    con = duckdb.connect(f"{folder}/benchmark.duckdb", read_only=True)
+    one = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
+    assert one("select count(*) from queries") == 2 and one("select count(*) from pages") == 3 and one("select count(*) from images") == 3
+    # Table 4 in the card: each value equals a DuckDB query over the released tables
+    card = open(f"{folder}/README.md").read()
+    expected = {
+        "Queries": one("select count(*) from queries"),
+        "Web pages per query": one("select count(*) from pages") / one("select count(*) from queries"),
+        "Text elements per web page": one("select count(*) from elements where kind = 'text'") / one("select count(*) from pages"),
+        "Images per query": one("select count(*) from elements where kind = 'image'") / one("select count(distinct id) from queries"),
+        "Average score of text elements": one("select avg(score) from elements where kind = 'text'"),
+        "Average score of image elements": one("select avg(score) from images"),
+    }
+    for item, value in expected.items():
+        shown = f"{value:g}" if float(value).is_integer() else f"{value:.2f}"
+        assert f"| {item} | {shown} |" in card, item
+    assert "| Auxiliary images per query | not built |" in card and "| 1 | Society & Culture | 2 | 1 |" in card
+    # JSONL round trip: one record per query, pages in rank order, elements in page order, the same scores as the tables
+    records = [json.loads(line) for line in open(f"{folder}/m2rag.jsonl")]
+    assert [r["id"] for r in records] == [r[0] for r in con.execute("select id from queries order by id").fetchall()]
+    first = records[0]
+    assert [p["rank"] for p in first["pages"]] == [1, 2] and [e["order"] for e in first["pages"][0]["elements"]] == [0, 1]
+    from_jsonl = sorted((r["id"], p["url"], e["order"], e["kind"], e["score"]) for r in records for p in r["pages"] for e in p["elements"])
+    from_tables = con.execute('select e.query_id, p.url, e."order", e.kind, e.score from elements e join pages p on p.id = e.page_id order by all').fetchall()
+    assert from_jsonl == [tuple(t) for t in from_tables]
+    image = first["pages"][0]["elements"][1]
+    assert image["kind"] == "image" and image["placeholder"] == 1 and image["mode"] == "text_stand_in" and image["url"].startswith("https://i.example/")

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from stages.core.layout import stage_module
+from stages.core.layout import LayoutError, stage_module
 from tests.conftest import run_snakemake
 
 TARGETS = ["release", "evaluate"]
@@ -39,8 +39,16 @@ def _descendants(rules: set[str], children: dict[str, set[str]]) -> set[str]:
     return seen
 
 
-def _imports_module(stage: str, module: str) -> bool:
-    code = f"import importlib, sys; importlib.import_module({stage_module(stage)!r}); print({module!r} in sys.modules)"
+def _stage_of(rule: str) -> str:
+    """The stage a rule runs: its own name, or a shared stage run for a family (`m2rag_search_web`)."""
+    try:
+        return stage_module(rule)
+    except LayoutError:
+        return stage_module(rule.split("_", 1)[1])
+
+
+def _imports_module(rule: str, module: str) -> bool:
+    code = f"import importlib, sys; importlib.import_module({_stage_of(rule)!r}); print({module!r} in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return out.stdout.strip() == "True"
 
@@ -97,3 +105,15 @@ def test_editing_an_answer_schema_reruns_the_rules_that_render_its_prompts(workf
     planned = _planned(workflow_copy)
     assert "judge_citations" in planned
     assert not planned & {"generate_answers", "split_citations", "judge_answers", "extract_explanation_qa"}
+
+
+@pytest.mark.slow
+def test_editing_the_figure_8_prompt_reruns_element_scoring_and_its_descendants_only(workflow_copy):
+    children = _rule_graph(workflow_copy)
+    _make_up_to_date(workflow_copy)
+    prompt = workflow_copy / "prompts/m2rag_score_text.md"
+    prompt.write_text(prompt.read_text() + "\n")
+    planned = _planned(workflow_copy)
+    assert "score_elements" in planned
+    assert planned == _descendants({"score_elements"}, children) - {"release", "evaluate", "catalog"}
+    assert not planned & {"sample_queries", "m2rag_split_pages", "classify_queries"}

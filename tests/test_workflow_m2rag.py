@@ -1,5 +1,6 @@
 """The real Snakemake DAG for the M2RAG family on a few demo queries with the embedded model:
-release + catalog; editing the classifier prompt reruns only classify_queries and its descendants
+release (sampled queries, pages, scored elements) + catalog; editing the classifier prompt reruns only
+classify_queries and its descendants
 and calls the model only for that prompt; a forced filter rerun is answered from the shared cache."""
 from __future__ import annotations
 
@@ -43,7 +44,10 @@ def test_prompt_edit_reruns_only_the_classifier(workflow_copy):
     classified = con.execute("select count(*) from m2rag.classified_queries").fetchone()[0]
     rejected = con.execute("select count(*) from m2rag.filter_queries_rejects").fetchone()[0] + \
         con.execute("select count(*) from m2rag.classify_queries_rejects").fetchone()[0]
-    assert classified == manifest["tables"]["queries"] and classified + rejected == 4
+    assert classified + rejected == 4
+    # the release's queries are the per-topic sample; every sampled query's pages are released and scored
+    assert manifest["tables"]["queries"] == con.execute("select count(*) from m2rag.sampled_queries").fetchone()[0] > 0
+    assert manifest["tables"]["elements"] == con.execute("select count(*) from m2rag.scored_elements").fetchone()[0] > 0
     con.close()
     filter_before = reports(workflow_copy, "filter_queries", "filtered_queries")
     assert sum(r["stats"]["llm_calls"] for r in filter_before.values()) == 8  # 4 queries x 2 prompts (apply: false)
@@ -51,7 +55,8 @@ def test_prompt_edit_reruns_only_the_classifier(workflow_copy):
     prompt = workflow_copy / "prompts" / "m2rag_query_classify.md"
     prompt.write_text(prompt.read_text().replace("# Input Question", "Keep the analysis to one sentence.\n\n# Input Question"))
     planned = run_snakemake(workflow_copy, "release", "--configfile", str(config), "--dry-run")
-    assert jobs(planned.stdout) == ["build_catalog", "classify_queries", "release", "release_m2rag"]
+    assert jobs(planned.stdout) == ["build_catalog", "classify_queries", "m2rag_fetch_pages", "m2rag_search_web", "m2rag_split_pages",
+                                    "release", "release_m2rag", "sample_queries", "score_elements"]
     run_snakemake(workflow_copy, "release", "--configfile", str(config))
     assert reports(workflow_copy, "filter_queries", "filtered_queries") == filter_before  # not rerun: 0 filter calls
     classify = reports(workflow_copy, "classify_queries", "classified_queries").values()
