@@ -1,4 +1,5 @@
-# MAVIS family (seed mavis.txt §3.2 Step 1): pushshift dumps -> image posts -> VQA instances -> release.
+# MAVIS family (seed mavis.txt §3.2): pushshift dumps -> image posts -> questions (images: rules/images.smk)
+# and VQA instances -> release.
 MAVIS = config.get("mavis", {})
 
 if MAVIS.get("enabled", False):
@@ -30,6 +31,7 @@ if MAVIS.get("enabled", False):
             comments=run_path("mavis", "harvest_pushshift", "comments", "{shard}"),
         output:
             questions=run_path("mavis", "filter_questions", "questions", "{shard}"),
+            instances=run_path("mavis", "filter_questions", "instances", "{shard}"),
             sidecar_rejects=run_path("mavis", "filter_questions", "questions", "{shard}") + ".rejects.parquet",
         params:
             io=stage_io,
@@ -45,6 +47,7 @@ if MAVIS.get("enabled", False):
     rule release_mavis:
         input:
             stage=stage_code("release_mavis"),
+            instances=expand(run_path("mavis", "filter_questions", "instances", "{shard}"), shard=SHARDS),
             questions=expand(run_path("mavis", "filter_questions", "questions", "{shard}"), shard=SHARDS),
             rejects=[rules.harvest_pushshift.output.sidecar_rejects]
             + expand(rules.filter_questions.output.sidecar_rejects, shard=SHARDS),
@@ -64,3 +67,4 @@ if MAVIS.get("enabled", False):
     RELEASES.append(rules.release_mavis.output.manifest)
     CATALOG_TABLES.extend(rules.harvest_pushshift.output.posts + rules.harvest_pushshift.output.comments)
     CATALOG_TABLES.extend(expand(run_path("mavis", "filter_questions", "questions", "{shard}"), shard=SHARDS))
+    CATALOG_TABLES.extend(expand(run_path("mavis", "filter_questions", "instances", "{shard}"), shard=SHARDS))
