@@ -37,7 +37,7 @@ def answer_by_rule(request):
     """Table 9: the sentence's clauses split at ' and ' are the subclaims; a sentence with 'garbage'
     gets non-JSON. Table 10: a fact naming 'cat' is irrelevant, one naming 'I took' is provided by
     the asker, others are relevant and verifiable. Table 7: a question naming 'capital' is answered
-    'Paris', others 'no idea'. Table 8: a response 'Paris' is right, others wrong."""
+    'Paris', others 'no idea'. Table 8: a response 'Paris' is right (yes), others wrong (no)."""
     text = prompt_text(request)
     if "subclaims" in text:
         sentence = text.rsplit("Sentence:", 1)[1].strip()
@@ -53,6 +53,6 @@ def answer_by_rule(request):
         return _reply(json.dumps({"relevance": "Relevant", "source": "Verifiable"}))
     if "Model response:" in text:
         response = text.rsplit("Model response:", 1)[1].split("\n")[0].strip()
-        return _reply(json.dumps({"verdict": "right" if response.startswith("Paris") else "wrong"}))
+        return _reply("yes" if response.startswith("Paris") else "no")
     question = re.search(r"Question: (.*)", text).group(1)
     return _reply("Paris" if "capital" in question else "no idea")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import blingfire
 
 from stages.core.llm import LLMClient, LLMRequest, sees_images
+from stages.core.post_images import first_image_by_owner
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "1"
@@ -43,13 +44,7 @@ def sentences(text: str) -> list[str]:
 
 def first_images(ctx) -> dict[str, str]:
     """post id -> sha256 of its first kept image (gallery order)."""
-    if not ctx.has_input("images"):
-        return {}
-    best: dict[str, tuple[int, str]] = {}
-    for row in ctx.read_rows("images"):
-        if row["owner_id"] not in best or row["position"] < best[row["owner_id"]][0]:
-            best[row["owner_id"]] = (row["position"], row["sha256"])
-    return {owner: sha for owner, (_, sha) in best.items()}
+    return first_image_by_owner(ctx.read_rows("images")) if ctx.has_input("images") else {}
 
 
 def run(ctx):
