@@ -8,7 +8,8 @@ prompt in Table 10, based on two criteria: (1) whether the fact is relevant to t
 explicitly stated by the questioner, it is treated as non-verifiable and removed."
 Sentences come from blingfire's bundled sentence model (offline; the seed uses NLTK's). Table 9
 (prompts/mavis_atomic_facts.md) runs once per sentence, Table 10 (prompts/mavis_fact_filter.md)
-once per fact. Table 10 shows the question with its image: a backend that takes images gets the
+once per fact (`max_sentences`, a demo knob, 0 = all as in the seed, caps the sentences per
+answer). Table 10 shows the question with its image: a backend that takes images gets the
 post's first kept image (input `images`, images_deduped) and the row's `mode` is `image`; a
 text-only backend (the embedded model) gets the post title as a text stand-in, `mode` `title`.
 
@@ -59,7 +60,7 @@ def run(ctx):
                 found = sentences(inst["answer"])
                 if not found:
                     raise Reject("no_sentences", "the answer is empty")
-                split += [(inst, i, s) for i, s in enumerate(found)]
+                split += [(inst, i, s) for i, s in enumerate(found[: p["max_sentences"] or None])]
         ctx.stats["sentences"] = len(split)
         answers = llm.run([LLMRequest(f"{inst['id']}#{i}", "mavis_atomic_facts", {"question": inst["question"], "sentence": s})
                            for inst, i, s in split], desc="table 9 facts")
@@ -120,6 +121,7 @@ STAGE = Stage(
     params={
         "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...), per-stage overrides merged in", schema="llm"),
         "vision": Param(bool, None, "show the post image in Table 10; null = what the backend takes (llamacpp: no)"),
+        "max_sentences": Param(int, 0, "a demo knob: split only the first N sentences of each answer; 0 = all (the seed)", min=0),
     },
     run=run,
     invariant=invariant,

@@ -14,7 +14,8 @@ verdict as `mode`. Responses and verdicts are their own tables: the decision (`m
 Input `instances` (reddit_instances), optional `images` (images_deduped, owner = post id).
 Outputs `instances` (the kept instances, same schema), `responses` (mavis_blind_responses),
 `verdicts` (mavis_visual_verdicts).
-Rejects (per instance): answered_without_image (detail names the models judged right and their
+`limit` (a demo knob, 0 = all as in the seed) checks only the first N instances by id.
+Rejects (per instance): over_limit (past `limit`), answered_without_image (detail names the models judged right and their
 P(right)), invalid_response (a model's Table 7 answer failed), invalid_verdict (the judge's
 answer was not yes/no after retries).
 Invariant: instances in = instances kept + rejected; responses and verdicts are not counted.
@@ -35,7 +36,12 @@ def first_images(ctx) -> dict[str, str]:
 
 def run(ctx):
     p = ctx.params
-    instances = ctx.read_rows("instances")
+    instances = sorted(ctx.read_rows("instances"), key=lambda row: row["id"])
+    if p["limit"]:
+        for inst in instances[p["limit"]:]:
+            with ctx.item(inst["id"]):
+                raise Reject("over_limit", f"only the first {p['limit']} instances by id are checked (param limit)")
+        instances = instances[: p["limit"]]
     responses: dict[tuple[str, str], object] = {}  # (instance id, model) -> LLMAnswer
     for answerer in p["answerers"]:
         with LLMClient.from_params(answerer["llm"], stats=ctx.stats) as llm:
@@ -105,6 +111,7 @@ STAGE = Stage(
         "vision": Param(bool, None, "show the post image to the judge; null = what the judge's backend takes (llamacpp: no)"),
         "max_right": Param(int, 0, "drop an instance when more than this many models are judged right (the seed: 0)", min=0),
         "right_threshold": Param(float, 0.5, "a response counts as right when the judge's P(right) reaches this", min=0, max=1),
+        "limit": Param(int, 0, "a demo knob: check only the first N instances by id, reject the rest (over_limit); 0 = all", min=0),
     },
     run=run,
 )
