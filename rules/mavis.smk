@@ -136,6 +136,6 @@ if MAVIS.get("enabled", False):
     CATALOG_TABLES.extend(rules.harvest_pushshift.output.posts + rules.harvest_pushshift.output.comments)
     CATALOG_TABLES.extend(expand(run_path("mavis", "filter_questions", "questions", "{shard}"), shard=SHARDS))
     CATALOG_TABLES.extend(expand(run_path("mavis", "filter_questions", "instances", "{shard}"), shard=SHARDS))
-    for _table in (rules.filter_visual_dependency.output.instances, rules.filter_visual_dependency.output.responses, rules.filter_visual_dependency.output.verdicts,
-                   rules.extract_atomic_facts.output.facts):
+    _VD_OUT = rules.filter_visual_dependency.output
+    for _table in (_VD_OUT.instances, _VD_OUT.responses, _VD_OUT.verdicts, rules.extract_atomic_facts.output.facts):
         CATALOG_TABLES.extend(expand(_table, shard=SHARDS))
