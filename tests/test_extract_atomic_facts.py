@@ -2,13 +2,18 @@
 a rule-answering OpenAI-compatible server on 127.0.0.1, and a real run with the embedded model."""
 from __future__ import annotations
 
+import base64
+import io
 import json
 
 import pyarrow.parquet as pq
+from PIL import Image
 from pytest_httpserver import HTTPServer
 
 from conftest import run_stage
 from mavis_fixtures import answer_by_rule, instance, write_instances
+from stages.core.images import ImageStore
+from stages.core.tables import write_table
 from stages.mavis.extract_atomic_facts import sentences
 
 
@@ -66,3 +71,33 @@ def test_runs_with_the_embedded_model(tmp_path):
         by_reason.get(r, 0) for r in ("irrelevant", "provided_by_asker", "invalid_filter_answer"))
     assert all(f["mode"] == "title" for f in facts)
     assert {r["reason"] for r in rejects} <= {"invalid_extraction", "irrelevant", "provided_by_asker", "invalid_filter_answer"}
+
+
+def test_a_vision_backend_is_shown_the_post_image(tmp_path, httpserver: HTTPServer):
+    """Table 10 requests carry the post's first kept image as a data URL of the stored bytes."""
+    buf = io.BytesIO()
+    Image.new("RGB", (32, 24), (200, 30, 30)).save(buf, "PNG")
+    store = ImageStore(tmp_path / "images")
+    sha = store.put(buf.getvalue(), "png")
+    row = {"id": f"img:{sha}", "ref_id": "imgref:0", "owner_id": "reddit:p1", "query_id": "reddit:p1", "position": 0, "url": "u",
+           "final_url": "u", "sha256": sha, "format": "png", "source_format": "png", "width": 32, "height": 24,
+           "bytes": len(buf.getvalue()), "clip_score": 0.3, "phash": "0" * 16, "duplicates": 0}
+    write_table(tmp_path / "images.parquet", [row], "images_deduped")
+    seen = []
+
+    def handler(request):
+        content = request.get_json()["messages"][-1]["content"]
+        if isinstance(content, list):
+            seen.extend(part["image_url"]["url"] for part in content if part["type"] == "image_url")
+        return answer_by_rule(request)
+
+    httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(handler)
+    llm = {"backend": "openai", "model": "rule", "cache": {"path": str(tmp_path / "llm.sqlite")}, "image_store": str(store.root),
+           "openai": {"base_url": httpserver.url_for("/v1"), "max_retries": 1}}
+    path = write_instances(tmp_path / "instances.parquet", [instance("p1", "a", "Smoke scatters blue light and the sun is low.")])
+    out = tmp_path / "facts.parquet"
+    run_stage("extract_atomic_facts", f"--input=instances={path}", f"--input=images={tmp_path / 'images.parquet'}",
+              f"--output=facts={out}", "--params", json.dumps({"llm": llm}))
+    facts = pq.read_table(out).to_pylist()
+    assert [f["mode"] for f in facts] == ["image", "image"]
+    assert seen == [f"data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}"] * 2  # the two Table 10 calls
