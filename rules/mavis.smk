@@ -44,14 +44,20 @@ if MAVIS.get("enabled", False):
         shell:
             stage_shell("filter_questions")
 
+    _POST_IMAGES = config.get("images", {}).get("store", "data/cache/images")
+
+    def _llm(overrides):
+        """The llm: section with one model's overrides; images resolve in the post image store."""
+        return llm_settings(config.get("llm"), overrides, image_store=_POST_IMAGES)
+
     def _mavis_llm(stage):
         """The stage's section (mavis.<stage>) with its llm overrides merged into the llm: section."""
         section = dict(MAVIS.get(stage, {}))
         if stage == "filter_visual_dependency":
-            section["answerers"] = [{**a, "llm": llm_with(a.get("llm"))} for a in section.get("answerers", [])]
-            section["judge"] = llm_with(section.get("judge"))
+            section["answerers"] = [{**a, "llm": _llm(a.get("llm"))} for a in section.get("answerers", [])]
+            section["judge"] = _llm(section.get("judge"))
         else:
-            section["llm"] = llm_with(section.get("llm"))
+            section["llm"] = _llm(section.get("llm"))
         return section
 
     _IMAGES_ON = config.get("images", {}).get("enabled", False)
