@@ -36,7 +36,7 @@ def test_keep_and_reject_paths_through_an_openai_compatible_server(tmp_path, htt
            "openai": {"base_url": httpserver.url_for("/v1"), "max_retries": 1}}
     instances = [
         instance("p1", "a", "Smoke scatters blue light and the sun is low. I took the photo at dusk. My cat loves sunsets."),
-        instance("p1", "b", "This is garbage text. Red light travels further through air."),
+        instance("p1", "b", "This is garbage text. Red light travels further through air and red light travels further through air."),
         instance("p2", "c", ""),
     ]
     facts, rejects, report = _run(tmp_path, instances, llm)
@@ -51,11 +51,12 @@ def test_keep_and_reject_paths_through_an_openai_compatible_server(tmp_path, htt
         "reddit:p1/a#1.0": "provided_by_asker",
         "reddit:p1/a#2.0": "irrelevant",
         "reddit:p1/b#0": "invalid_extraction",
+        "reddit:p1/b#1.1": "duplicate_fact",
         "reddit:p2/c": "no_sentences",
     }
     assert "these are not subclaims" in next(r["detail"] for r in rejects if r["reason"] == "invalid_extraction")
-    assert report["rows_in"] == 3 and report["stats"]["sentences"] == 5 and report["stats"]["facts_extracted"] == 5
-    # 5 extraction calls (the bad one retried once) + 5 filter calls; a rerun is answered by the cache
+    assert report["rows_in"] == 3 and report["stats"]["sentences"] == 5 and report["stats"]["facts_extracted"] == 6
+    # 5 extraction calls (the bad one retried once) + 5 filter calls (the duplicate is not asked); a rerun is answered by the cache
     assert report["stats"]["llm_calls"] == 11
     _, _, again = _run(tmp_path, instances, llm)
     assert again["stats"].get("llm_calls", 0) == 0 and again["stats"]["llm_cache_hits"] == 11
@@ -68,9 +69,9 @@ def test_runs_with_the_embedded_model(tmp_path):
     # whatever the tiny model says, every sentence and fact is accounted for, and text-only means the title stand-in
     by_reason = report["rejected_by_reason"]
     assert report["stats"].get("facts_extracted", 0) == len(facts) + sum(
-        by_reason.get(r, 0) for r in ("irrelevant", "provided_by_asker", "invalid_filter_answer"))
+        by_reason.get(r, 0) for r in ("duplicate_fact", "irrelevant", "provided_by_asker", "invalid_filter_answer"))
     assert all(f["mode"] == "title" for f in facts)
-    assert {r["reason"] for r in rejects} <= {"invalid_extraction", "irrelevant", "provided_by_asker", "invalid_filter_answer"}
+    assert {r["reason"] for r in rejects} <= {"invalid_extraction", "duplicate_fact", "irrelevant", "provided_by_asker", "invalid_filter_answer"}
 
 
 def test_a_vision_backend_is_shown_the_post_image(tmp_path, httpserver: HTTPServer):

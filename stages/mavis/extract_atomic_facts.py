@@ -18,7 +18,8 @@ Output `facts` (mavis_facts): the kept facts, id `<instance id>#<sentence>.<fact
 Rejects, by item:
 - a sentence (`<instance id>#<sentence>`): invalid_extraction (the Table 9 answer failed its
   schema after retries; the detail has the raw text);
-- a fact (its fact id): irrelevant, provided_by_asker, invalid_filter_answer;
+- a fact (its fact id): duplicate_fact (the same subclaim earlier in the answer), irrelevant,
+  provided_by_asker, invalid_filter_answer;
 - an instance: no_sentences (an empty answer).
 Invariant (fan-out): instances in = instances split + no_sentences rejects; sentences = sentences
 extracted + invalid_extraction rejects; facts extracted = facts out + fact rejects.
@@ -33,7 +34,7 @@ from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "1"
 
-FACT_REASONS = ("irrelevant", "provided_by_asker", "invalid_filter_answer")
+FACT_REASONS = ("duplicate_fact", "irrelevant", "provided_by_asker", "invalid_filter_answer")
 
 
 def sentences(text: str) -> list[str]:
@@ -65,6 +66,7 @@ def run(ctx):
         answers = llm.run([LLMRequest(f"{inst['id']}#{i}", "mavis_atomic_facts", {"question": inst["question"], "sentence": s})
                            for inst, i, s in split], desc="table 9 facts")
         facts: list[dict] = []
+        first_of: dict[tuple[str, str], str] = {}  # (instance, normalized text) -> the fact id that said it first
         for (inst, i, s), answer in zip(split, answers):
             with ctx.item(answer.id, counted=False):
                 if not answer.ok:
@@ -75,6 +77,14 @@ def run(ctx):
                         facts.append({"fact_id": f"{answer.id}.{k}", "instance_id": inst["id"], "sentence": i, "sentence_text": s,
                                       "text": text, "image": image, "inst": inst, "mode": "image" if image else "title"})
         ctx.stats["facts_extracted"] = len(facts)
+        unique = []
+        for fact in facts:  # a subclaim repeated within one answer is one fact
+            with ctx.item(fact["fact_id"], counted=False):
+                first = first_of.setdefault((fact["instance_id"], " ".join(fact["text"].lower().split())), fact["fact_id"])
+                if first != fact["fact_id"]:
+                    raise Reject("duplicate_fact", f"same as {first}: {fact['text'][:300]}")
+                unique.append(fact)
+        facts = unique
         requests = [LLMRequest(f["fact_id"], "mavis_fact_filter",
                                {"question": f["inst"]["question"], "body": f["inst"]["body"], "fact": f["text"],
                                 "image_text": "" if f["image"] else f["inst"]["question"]},
