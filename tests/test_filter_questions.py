@@ -23,6 +23,37 @@ def _comment(cid, pid, body, score, created=5):
     return {"id": cid, "post_id": pid, "body": body, "score": score, "author": "b", "created_utc": created}
 
 
+def _run(tmp_path, params):
+    run_stage("filter_questions", f"--input=posts={tmp_path / 'posts.parquet'}", f"--input=comments={tmp_path / 'comments.parquet'}",
+              f"--output=questions={tmp_path / 'q.parquet'}", f"--output=instances={tmp_path / 'i.parquet'}", "--params", json.dumps(params))
+
+
+def test_every_qualifying_answer_is_an_instance(tmp_path):
+    """answers: all (the default, Table 1): one instance per long answer, ids stable across modes;
+    the images stay keyed on the one question row per post."""
+    posts = [_post("reddit:p1", "Why is it red?"), _post("reddit:p2", "What is this?"), _post("reddit:p3", "Look")]
+    comments = [
+        _comment("reddit:a", "reddit:p1", LONG, 5),
+        _comment("reddit:b", "reddit:p1", LONG + " More.", 9),
+        _comment("reddit:c", "reddit:p1", "Too short.", 99),
+        _comment("reddit:d", "reddit:p2", LONG, 1),
+        _comment("reddit:e", "reddit:p3", LONG, 1),
+    ]
+    write_table(tmp_path / "posts.parquet", posts, "reddit_posts")
+    write_table(tmp_path / "comments.parquet", comments, "reddit_comments")
+    _run(tmp_path, {"question_words": ["why", "what"]})
+    questions = {q["id"]: q["answers"] for q in pq.read_table(tmp_path / "q.parquet").to_pylist()}
+    assert questions == {"reddit:p1": 2, "reddit:p2": 1}
+    instances = [(i["id"], i["answer_rank"]) for i in pq.read_table(tmp_path / "i.parquet").to_pylist()]
+    assert instances == [("reddit:p1/b", 1), ("reddit:p1/a", 2), ("reddit:p2/d", 1)]
+    report = json.loads((tmp_path / "q.parquet.report.json").read_text())
+    assert report["rows_in"] == 3 == report["rows_out"]["questions"] + report["rejected"]
+    assert report["rows_out"]["instances"] == 3
+    _run(tmp_path, {"question_words": ["why", "what"], "answers": "best"})
+    best = [i["id"] for i in pq.read_table(tmp_path / "i.parquet").to_pylist()]
+    assert best == ["reddit:p1/b", "reddit:p2/d"]  # the same ids as in `all` mode
+
+
 def test_rules_and_best_answer(tmp_path):
     posts = [
         _post("reddit:ok", "Why is the sky blue in this photo?"),
@@ -43,11 +74,13 @@ def test_rules_and_best_answer(tmp_path):
     write_table(tmp_path / "posts.parquet", posts, "reddit_posts")
     write_table(tmp_path / "comments.parquet", comments, "reddit_comments")
     out = tmp_path / "q.parquet"
-    params = {"question_words": ["why", "what", "how"], "min_answer_chars": 500, "min_answer_sentences": 3}
-    run_stage("filter_questions", f"--input=posts={tmp_path / 'posts.parquet'}", f"--input=comments={tmp_path / 'comments.parquet'}",
-              f"--output=questions={out}", "--params", json.dumps(params))
+    params = {"question_words": ["why", "what", "how"], "min_answer_chars": 500, "min_answer_sentences": 3, "answers": "best"}
+    _run(tmp_path, params)
     questions = pq.read_table(out).to_pylist()
-    assert [(q["id"], q["answer_id"], q["answer_score"]) for q in questions] == [("reddit:ok", "reddit:c2", 50)]
+    assert [(q["id"], q["answers"]) for q in questions] == [("reddit:ok", 1)]
+    instances = pq.read_table(tmp_path / "i.parquet").to_pylist()
+    assert [(i["id"], i["post_id"], i["answer_id"], i["answer_score"], i["answer_rank"]) for i in instances] == [
+        ("reddit:ok/c2", "reddit:ok", "reddit:c2", 50, 1)]
     rejects = {r["id"]: r for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()}
     assert {k: v["reason"] for k, v in rejects.items()} == {
         "reddit:noqw": "title_not_question_word",

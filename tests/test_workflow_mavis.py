@@ -3,6 +3,8 @@ rerun after a config change, and a typo'd config key failing before any job."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 
 import duckdb
@@ -37,7 +39,9 @@ def test_demo_release_rerun_and_catalog(workflow_copy):
     manifest = json.loads((workflow_copy / "data/runs/demo/mavis/release_mavis/release.json").read_text())
     con = duckdb.connect(str(workflow_copy / "data/runs/demo/catalog.duckdb"), read_only=True)
     by_domain = dict(con.execute("select domain, count(*) from mavis.questions group by 1").fetchall())
-    assert sum(by_domain.values()) == manifest["tables"]["questions"] > 0
+    assert manifest["tables"]["questions"] > 0 and manifest["tables"]["instances"] > 0
+    # instances fan out of questions; the released ones passed the visual-dependency filter
+    assert con.execute("select count(*) from mavis.instances").fetchone()[0] >= sum(by_domain.values())
     # every harvested post is either a question or a filter reject
     posts = con.execute("select count(*) from mavis.posts").fetchone()[0]
     filtered = con.execute("select count(*) from mavis.filter_questions_rejects").fetchone()[0]
@@ -54,8 +58,9 @@ def test_demo_release_rerun_and_catalog(workflow_copy):
 
     changed = _only_mavis(workflow_copy, min_answer_chars=300)
     planned = run_snakemake(workflow_copy, "release", "--configfile", str(changed), "--dry-run")
-    assert _jobs(planned.stdout) == ["build_catalog", "cache_images", "filter_images", "filter_questions", "phash_dedup",
-                                     "release", "release_mavis"]  # the post images (rules/images.smk) descend from the questions
+    assert _jobs(planned.stdout) == ["build_catalog", "cache_images", "extract_atomic_facts", "filter_images", "filter_questions",
+                                     "filter_visual_dependency", "phash_dedup", "release", "release_mavis"]
+    # the post images (rules/images.smk) descend from the questions, the instance filters from both
 
 
 @pytest.mark.parametrize("text, message", [
@@ -69,3 +74,31 @@ def test_bad_config_fails_before_any_job(workflow_copy, text, message):
     assert result.returncode != 0
     assert message in result.stdout + result.stderr
     assert not (workflow_copy / "data" / "runs").exists()
+
+
+MAVIS_RELEASE = "data/runs/demo/mavis/release_mavis/release.json"
+
+
+def _planned_for(workdir, target):
+    out = run_snakemake(workdir, target, "-n", "--rerun-triggers", "mtime").stdout
+    return set(re.findall(r"^(?:local)?rule (\w+):", out, re.M))
+
+
+def test_table10_prompt_edit_reruns_exactly_extract_atomic_facts_and_descendants(workflow_copy):
+    """Every output made up to date (empty files, newer than all code, prompts and schemas), then
+    the Table 10 prompt edited: the dry run plans extract_atomic_facts and the release, nothing else."""
+    stamp = 1_700_000_000
+    for folder in ("stages", "prompts", "schemas", "rules"):
+        for path in (workflow_copy / folder).rglob("*"):
+            if path.is_file():
+                os.utime(path, (stamp, stamp))
+    for line in run_snakemake(workflow_copy, MAVIS_RELEASE, "--summary").stdout.splitlines()[1:]:
+        path = workflow_copy / line.split("\t")[0]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'{{"path": "{path}"}}' if path.name == "release.json" else "")
+    run_snakemake(workflow_copy, MAVIS_RELEASE, "--touch")
+    assert _planned_for(workflow_copy, MAVIS_RELEASE) == set()
+
+    prompt = workflow_copy / "prompts/mavis_fact_filter.md"
+    prompt.write_text(prompt.read_text().replace("You and your partners decide", "You and your partners carefully decide"))
+    assert _planned_for(workflow_copy, MAVIS_RELEASE) == {"extract_atomic_facts", "release_mavis"}

@@ -27,7 +27,7 @@ CIDR = "must be a CIDR network such as 10.0.0.0/8 or 127.0.0.1/32"
 CONFIG_CASES = [
     # kind, dotted key, value, the one expected line
     ("unknown key", "mavis.filter_questions.min_answer_char", 400,
-     "unknown config key 'mavis.filter_questions.min_answer_char' (allowed here: min_answer_chars, min_answer_sentences, question_words)"),
+     "unknown config key 'mavis.filter_questions.min_answer_char' (allowed here: answers, min_answer_chars, min_answer_sentences, question_words)"),
     ("unknown top-level key", "shard", 3, "unknown config key 'shard' (allowed here: citeeval, evaluate, fetch, images, llm, m2rag, mavis, mcitebench, releases_dir, retrieval, run, shards)"),
     ("wrong type", "shards", "two", "config key 'shards' must be int, got str 'two'"),
     ("float for an int", "images.cache_images.workers", 2.0, "config key 'images.cache_images.workers' must be int, got float 2.0"),
@@ -70,7 +70,7 @@ def test_bad_config_fails_with_one_line(kind, key, value, line):
 PARAM_CASES = [
     # kind, stage, argv, the expected message (stage-named, one line)
     ("unknown param in --params", "filter_questions", ["--params", '{"question_words": ["why"], "min_answer_char": 3}'],
-     "filter_questions: error: unknown param(s) ['min_answer_char']; filter_questions takes ['min_answer_chars', 'min_answer_sentences', 'question_words']"),
+     "filter_questions: error: unknown param(s) ['min_answer_char']; filter_questions takes ['answers', 'min_answer_chars', 'min_answer_sentences', 'question_words']"),
     ("param of the wrong type", "filter_questions", ["--params", '{"question_words": "why"}'],
      "filter_questions: error: param 'question_words' must be list, got str 'why'"),
     ("param item of the wrong type", "filter_questions", ["--params", '{"question_words": ["why", 3]}'],

@@ -161,7 +161,8 @@ def test_parquet_input_that_does_not_fit_its_table(tmp_path, kind):
     out = tmp_path / "out"
     out.mkdir()
     result = run_stage("filter_questions", "--input", f"posts={posts}", "--input", f"comments={comments}",
-                       "--output", f"questions={out / 'questions.parquet'}", "--param", "question_words=[why]", check=False)
+                       "--output", f"questions={out / 'questions.parquet'}", "--output", f"instances={out / 'instances.parquet'}",
+                       "--param", "question_words=[why]", check=False)
     assert_clean_failure(result, out, "filter_questions: error: input 'posts'", str(posts), "reddit_posts", words)
 
 
