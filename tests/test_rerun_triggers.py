@@ -4,7 +4,6 @@ what depends on them; touching a core module no stage imports plans nothing.
 
 The expectation is computed independently of the AST scan under test: each stage module is
 imported in a fresh interpreter and asked whether `stages.core.refs` ended up in sys.modules."""
-import os
 import re
 import subprocess
 import sys
@@ -13,10 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from stages.core.layout import LayoutError, stage_module
-from tests.conftest import run_snakemake
+from tests.conftest import make_up_to_date, run_snakemake
 
 TARGETS = ["release", "evaluate"]
-STAMP = 1_700_000_000
 
 
 def _rule_graph(workdir) -> dict[str, set[str]]:
@@ -58,21 +56,6 @@ def _planned(workdir) -> set[str]:
     return set(re.findall(r"^(?:local)?rule (\w+):", out, re.M)) - {"release", "evaluate", "catalog"}
 
 
-def _make_up_to_date(workdir) -> None:
-    """Every output exists and is newer than every code, prompt and schema file."""
-    for folder in ("stages", "prompts", "schemas", "rules"):
-        for path in (workdir / folder).rglob("*"):
-            if path.is_file():
-                os.utime(path, (STAMP, STAMP))
-    summary = run_snakemake(workdir, *TARGETS, "--summary").stdout.splitlines()[1:]
-    for line in summary:
-        path = workdir / line.split("\t")[0]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # release manifests are read by the Snakefile's onsuccess handler
-        path.write_text(f'{{"path": "{path}"}}' if path.name == "release.json" else "")
-    run_snakemake(workdir, *TARGETS, "--touch")  # mtimes in DAG order
-
-
 @pytest.mark.slow
 def test_touching_a_core_module_reruns_exactly_its_importers(workflow_copy):
     children = _rule_graph(workflow_copy)
@@ -83,14 +66,14 @@ def test_touching_a_core_module_reruns_exactly_its_importers(workflow_copy):
     assert "sample_distractors" in uses_refs  # through stages.core.evidence
     assert "harvest_pushshift" not in uses_refs
 
-    _make_up_to_date(workflow_copy)
+    make_up_to_date(workflow_copy, *TARGETS)
     assert _planned(workflow_copy) == set()
 
     refs = workflow_copy / "stages/core/refs.py"
     refs.write_text(refs.read_text() + "\n")
     assert _planned(workflow_copy) == _descendants(uses_refs, children) - {"release", "evaluate", "catalog"}
 
-    _make_up_to_date(workflow_copy)
+    make_up_to_date(workflow_copy, *TARGETS)
     unused = workflow_copy / "stages/core/config.py"  # the Snakefile validates config with it; no stage imports it
     assert not any(_imports_module(s, "stages.core.config") for s in ("pair_evidence", "filter_questions"))
     unused.write_text(unused.read_text() + "\n")
@@ -99,7 +82,7 @@ def test_touching_a_core_module_reruns_exactly_its_importers(workflow_copy):
 
 @pytest.mark.slow
 def test_editing_an_answer_schema_reruns_the_rules_that_render_its_prompts(workflow_copy):
-    _make_up_to_date(workflow_copy)
+    make_up_to_date(workflow_copy, *TARGETS)
     schema = workflow_copy / "schemas/answers/mcitebench_judge_support.schema.json"
     schema.write_text(schema.read_text() + "\n")
     planned = _planned(workflow_copy)
@@ -110,7 +93,7 @@ def test_editing_an_answer_schema_reruns_the_rules_that_render_its_prompts(workf
 @pytest.mark.slow
 def test_editing_the_figure_8_prompt_reruns_element_scoring_and_its_descendants_only(workflow_copy):
     children = _rule_graph(workflow_copy)
-    _make_up_to_date(workflow_copy)
+    make_up_to_date(workflow_copy, *TARGETS)
     prompt = workflow_copy / "prompts/m2rag_score_text.md"
     prompt.write_text(prompt.read_text() + "\n")
     planned = _planned(workflow_copy)
