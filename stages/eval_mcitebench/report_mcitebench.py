@@ -31,9 +31,8 @@ Params: title, scoring (strict | reference: the headline mode), judges (names of
 """
 from __future__ import annotations
 
+import io
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import matplotlib
@@ -155,15 +154,18 @@ def plot_sem(summary: dict, models: list[str], path: str) -> None:
     ax.set_ylim(0, 100)
     ax.set_title("Source Exact Match by evidence modality")
     ax.legend(fontsize="small")
-    fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(prefix=".plot.", suffix=".png", dir=Path(path).parent)
-    os.close(fd)
+    save_png(fig, path)
+
+
+def save_png(fig, path: str) -> None:
+    """The figure as a PNG, written atomically (core.tables.atomic_write_bytes), then closed."""
+    buffer = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
+        fig.tight_layout()
+        fig.savefig(buffer, format="png", dpi=120)
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def plot_rq2(rows: list[dict], models: list[str], path: str) -> None:
@@ -181,15 +183,7 @@ def plot_rq2(rows: list[dict], models: list[str], path: str) -> None:
     ax.set_title("S-EM, multi-source explanation, two gold items" if combos else "no multi-source explanation question with two gold items")
     if models and combos:
         ax.legend(fontsize="small")
-    fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(prefix=".plot.", suffix=".png", dir=Path(path).parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
+    save_png(fig, path)
 
 
 def analyses(ctx, con, models: list[str], summary: dict, headline: str) -> list[str]:
