@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,9 +14,10 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 import pyarrow.parquet as pq
 import pytest
+import yaml
 import zstandard
 
-from conftest import REPO, run_stage
+from conftest import run_snakemake, run_stage
 
 DOMAINS = {"Science": ["askscience"], "Art & Design": ["woodworking"]}
 START, END = "2023-01-01", "2023-02-01"
@@ -274,7 +272,7 @@ def test_missing_credential_is_one_clear_line(tmp_path, server, monkeypatch):
     assert not server.hits  # nothing was sent
 
 
-def test_record_then_replay_with_the_server_stopped(tmp_path, server, creds, monkeypatch):
+def test_record_then_replay_with_the_server_stopped(tmp_path, server, creds, monkeypatch, workflow_copy):
     warc = tmp_path / "reddit.warc.gz"
     server.broken = {"/comments/del"}
     recorded = _live(tmp_path / "rec", _params(server.url, mode="record", warc=str(warc), retry_attempts=2))
@@ -291,3 +289,18 @@ def test_record_then_replay_with_the_server_stopped(tmp_path, server, creds, mon
     assert any(r["reason"] == "comments_unavailable" for r in replayed[2])
     assert replayed[3]["stats"]["replayed"] > 0 and "requests" not in replayed[3]["stats"]
     assert (recorded[3]["rows_in"], recorded[3]["rejected"]) == (replayed[3]["rows_in"], replayed[3]["rejected"])
+
+    # the DAG with mavis.source: reddit_live rebuilds the same tables from the WARC, and filter_questions reads them
+    overlay = workflow_copy / "config" / "live.yaml"
+    # domains are harvest_pushshift's (the demo's Table 11 merged with ours): name the subreddits, in the recorded order
+    section = {k: v for k, v in _params(server.url, mode="replay", warc=str(warc), subreddits=["askscience", "woodworking"]).items() if k != "domains"}
+    overlay.write_text(yaml.safe_dump({"mavis": {"source": "reddit_live", "harvest_pushshift": {"domains": DOMAINS}, "harvest_reddit_live": section}}))
+    targets = [f"data/runs/demo/mavis/filter_questions/questions.{i:05d}.parquet" for i in range(2)]
+    run_snakemake(workflow_copy, *targets, "--configfile", "config/live.yaml")
+    dag_out = workflow_copy / "data/runs/demo/mavis/harvest_reddit_live"
+    for name in ("posts", "comments"):
+        for i in range(2):
+            assert pq.read_table(dag_out / f"{name}.{i:05d}.parquet").equals(pq.read_table(tmp_path / "rec" / f"{name}.{i:05d}.parquet"))
+    report = json.loads((workflow_copy / "data/runs/demo/mavis/filter_questions/questions.00000.parquet.report.json").read_text())
+    posts_in_shard = pq.read_table(dag_out / "posts.00000.parquet").num_rows
+    assert report["rows_in"] == posts_in_shard
