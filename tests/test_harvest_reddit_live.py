@@ -5,6 +5,7 @@ item), 429 with Retry-After, a missing credential, record then replay with the s
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import threading
 import time
@@ -78,6 +79,7 @@ class RedditServer:
         self.token = token
         self.throttle: dict[str, int] = {}  # path -> how many 429s to answer first
         self.broken: set[str] = set()  # paths answered 503 forever
+        self.expire: set[str] = set()  # paths whose first request finds the token expired (401)
         self.hits: list[tuple[str, str]] = []
         server = self
 
@@ -122,6 +124,9 @@ class RedditServer:
                 return h._send(401, {"error": 401})
             return h._send(200, {"access_token": self.token, "token_type": "bearer", "expires_in": 3600, "scope": "*"})
         if h.headers.get("Authorization") != f"bearer {self.token}":
+            return h._send(401, {"message": "Unauthorized", "error": 401})
+        if path in self.expire:
+            self.expire.discard(path)
             return h._send(401, {"message": "Unauthorized", "error": 401})
         if self.throttle.get(path, 0) > 0:
             self.throttle[path] -= 1
@@ -275,9 +280,11 @@ def test_missing_credential_is_one_clear_line(tmp_path, server, monkeypatch):
 def test_record_then_replay_with_the_server_stopped(tmp_path, server, creds, monkeypatch, workflow_copy):
     warc = tmp_path / "reddit.warc.gz"
     server.broken = {"/comments/del"}
+    server.expire = {"/comments/a"}  # praw renews the token and asks again: the 401 is not recorded
     recorded = _live(tmp_path / "rec", _params(server.url, mode="record", warc=str(warc), retry_attempts=2))
+    assert server.hits.count(("POST", "/api/v1/access_token")) == 2 and server.hits.count(("GET", "/comments/a")) == 2
     assert warc.stat().st_size > 0
-    assert b"tok-123" not in __import__("gzip").decompress(warc.read_bytes())  # the token exchange is not recorded
+    assert b"tok-123" not in gzip.decompress(warc.read_bytes())  # the token exchange is not recorded
     server.stop()
     monkeypatch.delenv(ID_ENV)
     monkeypatch.delenv(SECRET_ENV)  # a replay needs no credentials

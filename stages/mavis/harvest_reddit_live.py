@@ -36,15 +36,17 @@ Record and replay (`mode`, as the fetch layer's): praw sends through a requests 
 the WARC file `warc` in the fetch layer's archive format (stages/core/fetch.py), and in `replay`
 answers from that WARC with no network at all, so a live harvest rebuilds offline into identical
 tables. A GET is stored under its url; a POST (morechildren) under its url with the form body
-appended as query. The token exchange carries credentials and is never recorded; a replay
-answers it with a placeholder token. Recorded rate-limit headers are not replayed (praw would
+appended as query. The token exchange carries credentials and is never recorded (nor is a 401,
+an expired token that praw renews before asking again); a replay answers it with a placeholder
+token. Recorded rate-limit headers are not replayed (praw would
 otherwise sleep as if the API were live).
 
 Outputs, one file per shard (stable hash of the post id, comments sharded with their post):
 `posts` (reddit_posts) and `comments` (reddit_comments).
 Invariant: posts listed in the window + top-level comments of kept posts = posts + comments +
 rejected - dropped gallery items (those rejects are parts of kept posts, not records).
-Reject ids are `reddit:<id>` (`reddit:<post id>:<media id>` for a gallery item).
+Reject ids are `reddit:<id>` (`reddit:<post id>:<media id>` for a gallery item), or
+`r/<sub>/new:<position>` for a post without a usable id.
 Reject reasons: missing_field, bad_field_type, duplicate, subreddit_not_configured, nsfw,
 no_image, gallery_without_valid_images, not_top_level, post_not_kept (the pushshift rules), and
 comments_unavailable, gallery_item_failed, gallery_item_no_metadata.
@@ -123,7 +125,9 @@ class ArchiveSession(requests.Session):
                 reason = f"http_{err.last_status}" if err.last_status is not None else "connection_error"
                 self.recorder.failure(key, FetchError(reason, str(err)))
             raise
-        if self.recorder is not None and not is_token:  # the token answer is a credential
+        # the token answer is a credential; a 401 is an expired token that praw renews and asks
+        # again (recording it would answer the url with the 401 in a replay)
+        if self.recorder is not None and not is_token and response.status_code != 401:
             self.recorder.response(key, response.status_code, response.reason or "", list(response.headers.items()), response.content)
         return response
 
@@ -235,7 +239,7 @@ class _Harvest:
         listing = self.reddit.subreddit(name).new(limit=None, request_limit=self.p["page_size"])
         judged, reached_start = 0, False
         try:
-            for submission in listing:
+            for position, submission in enumerate(listing, 1):
                 record = as_record(submission)
                 try:
                     created = int_field(record, "created_utc")
@@ -247,7 +251,7 @@ class _Harvest:
                 if created < self.start:
                     reached_start = True
                     break
-                self.post(submission, record)
+                self.post(submission, record, f"r/{name}/new:{position}")
                 judged += 1
                 if cap and judged >= cap:
                     reached_start = True  # the cap, not the listing, ended it
@@ -258,11 +262,12 @@ class _Harvest:
             log.warning("r/%s: the listing ended before %s; the window may be incomplete", name, self.p["start"])
             stats.setdefault("incomplete_window", []).append(name)
 
-    def post(self, submission, record: dict) -> None:
-        """One post in the window: the pushshift rules, then its top-level comments."""
+    def post(self, submission, record: dict, where: str) -> None:
+        """One post in the window: the pushshift rules, then its top-level comments. `where`
+        (listing and position) names a post without a usable id."""
         ctx = self.ctx
         raw_id = record.get("id")
-        item_id = f"reddit:{raw_id}" if isinstance(raw_id, str) and raw_id else f"reddit:{submission.__dict__.get('name', '?')}"
+        item_id = f"reddit:{raw_id}" if isinstance(raw_id, str) and raw_id else where
         kept = None
         with ctx.item(item_id):
             post_id = record_id(record, "subreddit")
