@@ -1,34 +1,67 @@
-# MAVIS family (seed mavis.txt §3.2): pushshift dumps -> image posts -> questions (images: rules/images.smk)
+# MAVIS family (seed mavis.txt §3.2): pushshift dumps or the live Reddit API -> image posts -> questions (images: rules/images.smk)
 # and VQA instances -> filter_visual_dependency (Tables 7-8) -> extract_atomic_facts (Tables 9-10) -> release.
 MAVIS = config.get("mavis", {})
 
 if MAVIS.get("enabled", False):
-    _harvest = {k: v for k, v in MAVIS["harvest_pushshift"].items() if k != "files"}  # dumps are inputs
+    # the raw posts: pushshift dumps (default, the demo) or the live Reddit API (mavis.source: reddit_live)
+    HARVEST = "harvest_pushshift" if MAVIS.get("source", "pushshift") == "pushshift" else "harvest_reddit_live"
 
-    rule harvest_pushshift:
-        input:
-            stage=stage_code("harvest_pushshift"),
-            dumps=MAVIS["harvest_pushshift"]["files"],
-        output:
-            posts=[run_path("mavis", "harvest_pushshift", "posts", s) for s in SHARDS],
-            comments=[run_path("mavis", "harvest_pushshift", "comments", s) for s in SHARDS],
-            sidecar_rejects=run_path("mavis", "harvest_pushshift", "posts", SHARDS[0]) + ".rejects.parquet",
-        params:
-            io=stage_io,
-            version=stage_version("harvest_pushshift"),
-            settings=settings(_harvest),
-        log:
-            log_path("mavis", "harvest_pushshift"),
-        benchmark:
-            bench_path("mavis", "harvest_pushshift")
-        shell:
-            stage_shell("harvest_pushshift")
+    if HARVEST == "harvest_pushshift":
+        _harvest = {k: v for k, v in MAVIS["harvest_pushshift"].items() if k != "files"}  # dumps are inputs
+
+        rule harvest_pushshift:
+            input:
+                stage=stage_code("harvest_pushshift"),
+                dumps=MAVIS["harvest_pushshift"]["files"],
+            output:
+                posts=[run_path("mavis", "harvest_pushshift", "posts", s) for s in SHARDS],
+                comments=[run_path("mavis", "harvest_pushshift", "comments", s) for s in SHARDS],
+                sidecar_rejects=run_path("mavis", "harvest_pushshift", "posts", SHARDS[0]) + ".rejects.parquet",
+            params:
+                io=stage_io,
+                version=stage_version("harvest_pushshift"),
+                settings=settings(_harvest),
+            log:
+                log_path("mavis", "harvest_pushshift"),
+            benchmark:
+                bench_path("mavis", "harvest_pushshift")
+            shell:
+                stage_shell("harvest_pushshift")
+
+        _HARVESTED = rules.harvest_pushshift.output
+    else:
+        # the Table 11 mapping and the image rules are harvest_pushshift's: one place, the same posts from either source
+        _ps = MAVIS.get("harvest_pushshift", {})
+        _live = {**{k: _ps[k] for k in ("domains", "image_extensions", "include_nsfw") if k in _ps}, **MAVIS.get("harvest_reddit_live", {})}
+        # a replay lists its WARC as an input: a new recording reruns the harvest and what follows
+        _live_replay = {"replay": _live["warc"]} if _live.get("mode") == "replay" and _live.get("warc") else {}
+
+        rule harvest_reddit_live:
+            input:
+                stage=stage_code("harvest_reddit_live"),
+                **_live_replay,
+            output:
+                posts=[run_path("mavis", "harvest_reddit_live", "posts", s) for s in SHARDS],
+                comments=[run_path("mavis", "harvest_reddit_live", "comments", s) for s in SHARDS],
+                sidecar_rejects=run_path("mavis", "harvest_reddit_live", "posts", SHARDS[0]) + ".rejects.parquet",
+            params:
+                io=stage_io,
+                version=stage_version("harvest_reddit_live"),
+                settings=settings(_live),
+            log:
+                log_path("mavis", "harvest_reddit_live"),
+            benchmark:
+                bench_path("mavis", "harvest_reddit_live")
+            shell:
+                stage_shell("harvest_reddit_live")
+
+        _HARVESTED = rules.harvest_reddit_live.output
 
     rule filter_questions:
         input:
             stage=stage_code("filter_questions"),
-            posts=run_path("mavis", "harvest_pushshift", "posts", "{shard}"),
-            comments=run_path("mavis", "harvest_pushshift", "comments", "{shard}"),
+            posts=run_path("mavis", HARVEST, "posts", "{shard}"),
+            comments=run_path("mavis", HARVEST, "comments", "{shard}"),
         output:
             questions=run_path("mavis", "filter_questions", "questions", "{shard}"),
             instances=run_path("mavis", "filter_questions", "instances", "{shard}"),
@@ -121,7 +154,7 @@ if MAVIS.get("enabled", False):
             instances=expand(rules.filter_visual_dependency.output.instances, shard=SHARDS),
             questions=expand(run_path("mavis", "filter_questions", "questions", "{shard}"), shard=SHARDS),
             facts=expand(rules.extract_atomic_facts.output.facts, shard=SHARDS),
-            rejects=[rules.harvest_pushshift.output.sidecar_rejects]
+            rejects=[_HARVESTED.sidecar_rejects]
             + expand(rules.filter_questions.output.sidecar_rejects, shard=SHARDS)
             + expand(rules.filter_visual_dependency.output.sidecar_rejects, shard=SHARDS)
             + expand(rules.extract_atomic_facts.output.sidecar_rejects, shard=SHARDS),
@@ -139,7 +172,7 @@ if MAVIS.get("enabled", False):
             stage_shell("release_mavis")
 
     RELEASES.append(rules.release_mavis.output.manifest)
-    CATALOG_TABLES.extend(rules.harvest_pushshift.output.posts + rules.harvest_pushshift.output.comments)
+    CATALOG_TABLES.extend(_HARVESTED.posts + _HARVESTED.comments)
     CATALOG_TABLES.extend(expand(run_path("mavis", "filter_questions", "questions", "{shard}"), shard=SHARDS))
     CATALOG_TABLES.extend(expand(run_path("mavis", "filter_questions", "instances", "{shard}"), shard=SHARDS))
     _VD_OUT = rules.filter_visual_dependency.output

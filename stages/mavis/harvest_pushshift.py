@@ -15,7 +15,8 @@ under a kept post (`link_id` = `t3_<post id>`).
 
 Every record is checked at the boundary, field by field: a comment in full before its rules, a
 post once its id and subreddit pass (a duplicate or out-of-scope post is not checked further,
-which keeps monthly dumps, mostly other subreddits, cheap). Types accepted:
+which keeps monthly dumps, mostly other subreddits, cheap). The checks live in
+stages/core/reddit_records.py, shared with the live API harvest (harvest_reddit_live). Types accepted:
 - `id`, `subreddit`, `link_id`: a non-empty string (absent or empty: missing_field);
 - `title`, `selftext`, `url`, `permalink`, `body`, `parent_id`, `author`, gallery keys: a string or null;
 - `created_utc`, `score`, `num_comments`: an int64, or null (read as 0). Two coercions are safe
@@ -47,13 +48,10 @@ post_not_kept, truncated_frame.
 """
 from __future__ import annotations
 
-import html
 import os
 import re
-from operator import itemgetter
 from pathlib import Path
 from typing import Iterator
-from urllib.parse import urlsplit
 
 import orjson
 import pyarrow as pa
@@ -61,17 +59,14 @@ import zstandard
 from tqdm import tqdm
 
 from stages.core.ids import shard_of
+from stages.core.reddit_records import INT64_MAX, INT64_MIN, bad_field, comment_fields, comment_fields_fast, image_urls, post_fields, record_id
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "2"
 
 MAX_WINDOW = 2**31  # pushshift dumps are compressed with --long=31
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _SUBMISSIONS = re.compile(r"^(RS_\d{4}-\d{2}|.+_submissions)\.zst$")
 _COMMENTS = re.compile(r"^(RC_\d{4}-\d{2}|.+_comments)\.zst$")
-_INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
-# i.redd.it urls are most image posts: this prefix fixes the host without a urlsplit
-_IREDDIT = ("https://i.redd.it/", "http://i.redd.it/")
 
 
 class TruncatedFrame(Exception):
@@ -132,145 +127,6 @@ def read_zstd_lines(path: str, chunk_size: int = 1 << 20, progress: tqdm | None 
         yield from lines
 
 
-def _bad(field: str, value: object, expected: str) -> Reject:
-    return Reject("bad_field_type", f"{field}={value!r:.200} ({type(value).__name__}, expected {expected})")
-
-
-def _int(record: dict, field: str) -> int:
-    """An int64 field; null or absent is 0; a decimal string or an integral float is coerced."""
-    value = record.get(field)
-    if type(value) is int:
-        if INT64_MIN <= value <= INT64_MAX:
-            return value
-    elif value is None:
-        return 0
-    elif type(value) is str and _INT_TEXT.fullmatch(value):
-        number = int(value)
-        if INT64_MIN <= number <= INT64_MAX:
-            return number
-    elif type(value) is float and value.is_integer() and -(2.0**63) <= value < 2.0**63:  # 2**63 - 1 rounds up as a float
-        return int(value)
-    raise _bad(field, value, "an int64")
-
-
-def _text(record: dict, field: str, empty: str | None = "") -> str | None:
-    """A string field; null or absent is `empty`."""
-    value = record.get(field)
-    if type(value) is str:
-        return value
-    if value is None:
-        return empty
-    raise _bad(field, value, "a string")
-
-
-def _flag(record: dict, field: str) -> bool:
-    value = record.get(field)
-    if value is None:
-        return False
-    if type(value) is not bool:
-        raise _bad(field, value, "true, false or null")
-    return value
-
-
-def _object(container: dict, field: str, where: str) -> dict:
-    value = container.get(field)
-    if value is None:
-        return {}
-    if type(value) is not dict:
-        raise _bad(where, value, "an object")
-    return value
-
-
-def _gallery_urls(post: dict) -> list[str]:
-    data = _object(post, "gallery_data", "gallery_data")
-    items = data.get("items")
-    if items is None:
-        items = []
-    elif type(items) is not list:
-        raise _bad("gallery_data.items", items, "a list")
-    metadata = _object(post, "media_metadata", "media_metadata")
-    urls = []
-    for item in items:
-        if type(item) is not dict:
-            raise _bad("gallery_data.items[]", item, "an object")
-        media_id = item.get("media_id")
-        if media_id is None:
-            continue
-        if type(media_id) is not str:
-            raise _bad("gallery_data.items[].media_id", media_id, "a string")
-        meta = _object(metadata, media_id, f"media_metadata.{media_id}")
-        source = _object(meta, "s", f"media_metadata.{media_id}.s")
-        url = _text(source, "u", None) or _text(source, "gif", None)
-        if _text(meta, "status", None) == "valid" and url:
-            urls.append(html.unescape(url))
-    return urls
-
-
-def image_urls(post: dict, extensions: tuple[str, ...]) -> tuple[list[str], str | None]:
-    """The post's image urls in display order, or ([], reject reason); raises Reject
-    (bad_field_type) for a field of the wrong type."""
-    if _flag(post, "is_gallery"):
-        urls = _gallery_urls(post)
-        return (urls, None) if urls else ([], "gallery_without_valid_images")
-    url = _text(post, "url")
-    if "&" in url:
-        url = html.unescape(url)
-    if url.startswith(_IREDDIT):
-        return [url], None
-    parts = urlsplit(url)
-    if parts.netloc.lower() == "i.redd.it" or parts.path.lower().endswith(extensions):
-        return [url], None
-    return [], "no_image"
-
-
-def _record_id(record, required: str) -> str:
-    """The id of a record (an object) that holds its id and `required` field as non-empty
-    strings; raises Reject otherwise."""
-    if type(record) is not dict:
-        raise Reject("not_an_object", type(record).__name__)
-    record_id = record.get("id")
-    if not record_id or not record.get(required):
-        raise Reject("missing_field", f"record without id or {required}")
-    if type(record_id) is not str:
-        raise _bad("id", record_id, "a string")
-    return record_id
-
-
-_post_fields_fast = itemgetter("title", "selftext", "url", "is_gallery", "author", "created_utc", "score", "num_comments",
-                               "over_18", "permalink")
-
-
-def post_fields(post: dict) -> tuple:
-    """(title, selftext, url, is_gallery, author, created_utc, score, num_comments, over_18,
-    permalink) of a post, every field checked and normalised; raises Reject. A post whose fields
-    all have their plain types is read in one step (same values)."""
-    try:
-        fields = title, selftext, url, is_gallery, author, created, score, comments, over_18, permalink = _post_fields_fast(post)
-    except KeyError:
-        fields = None
-    if (fields and type(title) is str is type(selftext) is type(url) is type(permalink) and type(is_gallery) is bool is type(over_18)
-            and type(created) is int is type(score) is type(comments) and (author is None or type(author) is str)
-            and INT64_MIN <= created <= INT64_MAX and INT64_MIN <= score <= INT64_MAX and INT64_MIN <= comments <= INT64_MAX):
-        return fields
-    return (_text(post, "title"), _text(post, "selftext"), _text(post, "url"), _flag(post, "is_gallery"), _text(post, "author", None),
-            _int(post, "created_utc"), _int(post, "score"), _int(post, "num_comments"), _flag(post, "over_18"), _text(post, "permalink"))
-
-
-_COMMENT_FIELDS = ("id", "link_id", "parent_id", "body", "score", "author", "created_utc")
-_comment_fields_fast = itemgetter(*_COMMENT_FIELDS)
-
-
-def comment_fields(comment) -> tuple:
-    """(id, link_id, parent_id, body, score, author, created_utc) of a comment, every field
-    checked and normalised (null text is "", null numbers 0); raises Reject."""
-    comment_id = _record_id(comment, "link_id")
-    link_id = comment["link_id"]
-    if type(link_id) is not str:
-        raise _bad("link_id", link_id, "a string")
-    return (comment_id, link_id, _text(comment, "parent_id"), _text(comment, "body"), _int(comment, "score"),
-            _text(comment, "author", None), _int(comment, "created_utc"))
-
-
 class _ShardRows:
     """Kept rows of one table as tuples per shard (columns in schema order), written as Arrow
     tables of exactly the shard writer's batch size: the same row groups, so the same files, as
@@ -315,11 +171,11 @@ class _Harvest:
     def submission(self, post) -> None:
         """Keep one post or raise Reject. Its subreddit decides first; the other fields are
         checked once it is in scope."""
-        post_id = _record_id(post, "subreddit")
+        post_id = record_id(post, "subreddit")
         self.item = item_id = "reddit:" + post_id
         subreddit = post["subreddit"]
         if type(subreddit) is not str:
-            raise _bad("subreddit", subreddit, "a string")
+            raise bad_field("subreddit", subreddit, "a string")
         if post_id in self.kept_posts:
             raise Reject("duplicate", "post seen in an earlier dump")
         domain = self.subreddit_domain.get(subreddit.lower())
@@ -351,7 +207,7 @@ class _Harvest:
     def read_comments(self, lines: list[bytes], name: str, line_no: int) -> None:
         """The comment rules, inline: this loop runs once per comment, the bulk of a dump. A
         comment whose fields all have their plain types skips `comment_fields` (same values)."""
-        loads, reject, fast, checked = orjson.loads, self.ctx.reject, _comment_fields_fast, comment_fields
+        loads, reject, fast, checked = orjson.loads, self.ctx.reject, comment_fields_fast, comment_fields
         seen, kept, rows = self.seen_comments, self.kept_posts, self.comments.rows
         for line in lines:
             line_no += 1

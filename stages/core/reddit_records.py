@@ -1,0 +1,181 @@
+"""Reddit records, checked field by field where they enter a stage: the rules shared by the two
+MAVIS harvests (stages/mavis/harvest_pushshift.py reads dumps, harvest_reddit_live.py the API), so
+a post or comment gets the same columns and the same reject reasons whichever source it came from.
+
+Types accepted:
+- `id`, `subreddit`, `link_id`: a non-empty string (absent or empty: missing_field);
+- `title`, `selftext`, `url`, `permalink`, `body`, `parent_id`, `author`, gallery keys: a string or null;
+- `created_utc`, `score`, `num_comments`: an int64, or null (read as 0); a decimal integer string
+  and an integral float (the API's `1672531200.0`) are coerced, anything else is bad_field_type;
+- `over_18`, `is_gallery`: a JSON boolean or null;
+- `gallery_data` an object whose `items` is a list of objects, `media_metadata` an object of
+  objects (`s` an object).
+A gallery keeps its items in `gallery_data.items` order, urls from `media_metadata[id].s.u` (or
+`.gif`) with `&amp;` unescaped; an item whose status is not `valid` or that has no metadata or url
+is left out of the gallery (`image_urls(..., dropped=[])` says which and why:
+gallery_item_failed, gallery_item_no_metadata), and a gallery left with no item is
+gallery_without_valid_images.
+"""
+from __future__ import annotations
+
+import html
+import re
+from operator import itemgetter
+from urllib.parse import urlsplit
+
+from .stage import Reject
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
+# i.redd.it urls are most image posts: this prefix fixes the host without a urlsplit
+_IREDDIT = ("https://i.redd.it/", "http://i.redd.it/")
+
+
+def bad_field(field: str, value: object, expected: str) -> Reject:
+    return Reject("bad_field_type", f"{field}={value!r:.200} ({type(value).__name__}, expected {expected})")
+
+
+def int_field(record: dict, field: str) -> int:
+    """An int64 field; null or absent is 0; a decimal string or an integral float is coerced."""
+    value = record.get(field)
+    if type(value) is int:
+        if INT64_MIN <= value <= INT64_MAX:
+            return value
+    elif value is None:
+        return 0
+    elif type(value) is str and _INT_TEXT.fullmatch(value):
+        number = int(value)
+        if INT64_MIN <= number <= INT64_MAX:
+            return number
+    elif type(value) is float and value.is_integer() and -(2.0**63) <= value < 2.0**63:  # 2**63 - 1 rounds up as a float
+        return int(value)
+    raise bad_field(field, value, "an int64")
+
+
+def _text(record: dict, field: str, empty: str | None = "") -> str | None:
+    """A string field; null or absent is `empty`."""
+    value = record.get(field)
+    if type(value) is str:
+        return value
+    if value is None:
+        return empty
+    raise bad_field(field, value, "a string")
+
+
+def _flag(record: dict, field: str) -> bool:
+    value = record.get(field)
+    if value is None:
+        return False
+    if type(value) is not bool:
+        raise bad_field(field, value, "true, false or null")
+    return value
+
+
+def _object(container: dict, field: str, where: str) -> dict:
+    value = container.get(field)
+    if value is None:
+        return {}
+    if type(value) is not dict:
+        raise bad_field(where, value, "an object")
+    return value
+
+
+def _gallery_urls(post: dict, dropped: list | None) -> list[str]:
+    data = _object(post, "gallery_data", "gallery_data")
+    items = data.get("items")
+    if items is None:
+        items = []
+    elif type(items) is not list:
+        raise bad_field("gallery_data.items", items, "a list")
+    metadata = _object(post, "media_metadata", "media_metadata")
+    urls = []
+    for position, item in enumerate(items):
+        if type(item) is not dict:
+            raise bad_field("gallery_data.items[]", item, "an object")
+        media_id = item.get("media_id")
+        if media_id is None:
+            if dropped is not None:
+                dropped.append((f"item{position}", "gallery_item_no_metadata", f"gallery item {position} has no media_id"))
+            continue
+        if type(media_id) is not str:
+            raise bad_field("gallery_data.items[].media_id", media_id, "a string")
+        meta = _object(metadata, media_id, f"media_metadata.{media_id}")
+        source = _object(meta, "s", f"media_metadata.{media_id}.s")
+        url = _text(source, "u", None) or _text(source, "gif", None)
+        status = _text(meta, "status", None)
+        if status == "valid" and url:
+            urls.append(html.unescape(url))
+        elif dropped is not None:
+            if not meta:
+                dropped.append((media_id, "gallery_item_no_metadata", f"{media_id}: not in media_metadata"))
+            elif status != "valid":
+                dropped.append((media_id, "gallery_item_failed", f"{media_id}: status {status!r}"))
+            else:
+                dropped.append((media_id, "gallery_item_no_metadata", f"{media_id}: valid but no source url"))
+    return urls
+
+
+def image_urls(post: dict, extensions: tuple[str, ...], dropped: list | None = None) -> tuple[list[str], str | None]:
+    """The post's image urls in display order, or ([], reject reason); raises Reject
+    (bad_field_type) for a field of the wrong type. `dropped`, when given, receives
+    (media_id, reason, detail) for each gallery item left out."""
+    if _flag(post, "is_gallery"):
+        urls = _gallery_urls(post, dropped)
+        return (urls, None) if urls else ([], "gallery_without_valid_images")
+    url = _text(post, "url")
+    if "&" in url:
+        url = html.unescape(url)
+    if url.startswith(_IREDDIT):
+        return [url], None
+    parts = urlsplit(url)
+    if parts.netloc.lower() == "i.redd.it" or parts.path.lower().endswith(extensions):
+        return [url], None
+    return [], "no_image"
+
+
+def record_id(record, required: str) -> str:
+    """The id of a record (an object) that holds its id and `required` field as non-empty
+    strings; raises Reject otherwise."""
+    if type(record) is not dict:
+        raise Reject("not_an_object", type(record).__name__)
+    record_id = record.get("id")
+    if not record_id or not record.get(required):
+        raise Reject("missing_field", f"record without id or {required}")
+    if type(record_id) is not str:
+        raise bad_field("id", record_id, "a string")
+    return record_id
+
+
+post_fields_fast = itemgetter("title", "selftext", "url", "is_gallery", "author", "created_utc", "score", "num_comments",
+                               "over_18", "permalink")
+
+
+def post_fields(post: dict) -> tuple:
+    """(title, selftext, url, is_gallery, author, created_utc, score, num_comments, over_18,
+    permalink) of a post, every field checked and normalised; raises Reject. A post whose fields
+    all have their plain types is read in one step (same values)."""
+    try:
+        fields = title, selftext, url, is_gallery, author, created, score, comments, over_18, permalink = post_fields_fast(post)
+    except KeyError:
+        fields = None
+    if (fields and type(title) is str is type(selftext) is type(url) is type(permalink) and type(is_gallery) is bool is type(over_18)
+            and type(created) is int is type(score) is type(comments) and (author is None or type(author) is str)
+            and INT64_MIN <= created <= INT64_MAX and INT64_MIN <= score <= INT64_MAX and INT64_MIN <= comments <= INT64_MAX):
+        return fields
+    return (_text(post, "title"), _text(post, "selftext"), _text(post, "url"), _flag(post, "is_gallery"), _text(post, "author", None),
+            int_field(post, "created_utc"), int_field(post, "score"), int_field(post, "num_comments"), _flag(post, "over_18"), _text(post, "permalink"))
+
+
+_COMMENT_FIELDS = ("id", "link_id", "parent_id", "body", "score", "author", "created_utc")
+comment_fields_fast = itemgetter(*_COMMENT_FIELDS)
+
+
+def comment_fields(comment) -> tuple:
+    """(id, link_id, parent_id, body, score, author, created_utc) of a comment, every field
+    checked and normalised (null text is "", null numbers 0); raises Reject."""
+    comment_id = record_id(comment, "link_id")
+    link_id = comment["link_id"]
+    if type(link_id) is not str:
+        raise bad_field("link_id", link_id, "a string")
+    return (comment_id, link_id, _text(comment, "parent_id"), _text(comment, "body"), int_field(comment, "score"),
+            _text(comment, "author", None), int_field(comment, "created_utc"))

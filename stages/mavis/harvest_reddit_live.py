@@ -1,0 +1,409 @@
+"""Harvest Reddit image posts and their top-level comments live from the Reddit API, with praw.
+
+MAVIS §3.2 Step 1 ("Raw data"), the same posts as `harvest_pushshift` but read from the API instead
+of dumps: for each configured subreddit (param `subreddits`, default every subreddit of the MAVIS
+Table 11 mapping `domains`) the `new` listing is paged (`page_size` posts a page) from the newest
+post back until a post older than `start`; posts created in [`start`, `end`) are judged. Reddit's
+`new` listing reaches back about 1000 posts: a subreddit whose listing ends before a post older
+than `start` is logged and named in the report (`stats.incomplete_window`), its window may be
+incomplete.
+
+Each post is checked by the same rules as the pushshift harvest (stages/core/reddit_records.py):
+the same columns, the same reject reasons. Galleries keep `gallery_data` order with their
+`media_metadata` urls; an item whose status is `failed`, or that has no metadata, is left out of
+the gallery and recorded as a reject of its own (id `reddit:<post id>:<media id>`, reasons
+gallery_item_failed, gallery_item_no_metadata) while the post is kept with its other images. A
+kept post's comment tree is fetched, its "load more comments" stubs expanded with praw's
+`replace_more(limit=replace_more_limit)` (stubs past the limit are dropped, counted in
+`stats.more_comments_left`), and its top-level comments kept. Deleted and removed posts and
+comments are what the API says they are, as in a dump: `[deleted]`/`[removed]` text, author
+`[deleted]` (praw reads that author as None; it is written back as `[deleted]`), judged by the
+same rules.
+
+Credentials: the Reddit app's client id and secret are read from the environment variables
+named by `client_id_env` and `client_secret_env` (a missing one fails the stage with one line
+naming it; a replay needs none). Endpoints (`oauth_url`, `reddit_url`, `short_url`) are praw's
+settings, so a mirror or a test server can stand in for Reddit.
+
+Rate limits: praw's own handling (it spaces requests by Reddit's x-ratelimit headers) plus the
+project's retry policy (stages/core/retry.py) on every HTTP exchange: 429, 5xx, timeouts and
+resets retried `retry_attempts` times with backoff honouring Retry-After. A post whose comments
+still cannot be fetched is the reject comments_unavailable; a listing page or the token that
+cannot be fetched fails the stage, naming the subreddit.
+
+Record and replay (`mode`, as the fetch layer's): praw sends through a requests session that in
+`record` writes every answer (after retries; a request that failed them as a failure record) to
+the WARC file `warc` in the fetch layer's archive format (stages/core/fetch.py), and in `replay`
+answers from that WARC with no network at all, so a live harvest rebuilds offline into identical
+tables. A GET is stored under its url; a POST (morechildren) under its url with the form body
+appended as query. The token exchange carries credentials and is never recorded (nor is a 401,
+an expired token that praw renews before asking again); a replay answers it with a placeholder
+token. Recorded rate-limit headers are not replayed (praw would
+otherwise sleep as if the API were live).
+
+Outputs, one file per shard (stable hash of the post id, comments sharded with their post):
+`posts` (reddit_posts) and `comments` (reddit_comments).
+Invariant: posts listed in the window + top-level comments of kept posts = posts + comments +
+rejected - dropped gallery items (those rejects are parts of kept posts, not records).
+Reject ids are `reddit:<id>` (`reddit:<post id>:<media id>` for a gallery item), or
+`r/<sub>/new:<position>` for a post without a usable id.
+Reject reasons: missing_field, bad_field_type, duplicate, subreddit_not_configured, nsfw,
+no_image, gallery_without_valid_images, not_top_level, post_not_kept (the pushshift rules), and
+comments_unavailable, gallery_item_failed, gallery_item_no_metadata.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import requests
+from requests.structures import CaseInsensitiveDict
+
+from stages.core.fetch import FetchError, WarcRecorder, load_archive
+from stages.core.ids import shard_of
+from stages.core.reddit_records import comment_fields, image_urls, int_field, post_fields, record_id
+from stages.core.retry import RetriesExhausted, RetryPolicy, with_retries
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
+
+VERSION = "1"
+
+log = logging.getLogger("citeforge")
+
+TOKEN_PATH = "/api/v1/access_token"
+GALLERY_ITEM_REASONS = ("gallery_item_failed", "gallery_item_no_metadata")
+_ISO_DATE = r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2})?(Z|[+-]\d{2}:\d{2})?)?$"
+
+
+# --- the HTTP session praw sends through: retries, record, replay ----------------------------------
+class NotInArchive(Exception):
+    """A replayed request the WARC holds no answer for."""
+
+
+def exchange_key(request: requests.PreparedRequest) -> str:
+    """What an exchange is recorded under and replayed from: the url, and for a request with a
+    body (a form POST) the body appended as query."""
+    body = request.body
+    if not body:
+        return request.url
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    return f"{request.url}{'&' if '?' in request.url else '?'}{body}"
+
+
+class ArchiveSession(requests.Session):
+    """The requests session praw's requestor uses. `live` and `record` send with the project's
+    retry policy (record writes each final answer, or the failure, to the WARC); `replay` answers
+    from the loaded archive and sends nothing."""
+
+    def __init__(self, mode: str, policy: RetryPolicy, stats, recorder: WarcRecorder | None = None,
+                 archive: dict | None = None, warc: str = ""):
+        super().__init__()
+        self.mode, self.policy, self.stats = mode, policy, stats
+        self.recorder, self.archive, self.warc = recorder, archive or {}, warc
+
+    def send(self, request: requests.PreparedRequest, **kwargs) -> requests.Response:
+        is_token = urlsplit(request.url).path.rstrip("/").endswith(TOKEN_PATH)
+        key = exchange_key(request)
+        if self.mode == "replay":
+            return self._replay(request, key, is_token)
+
+        def attempt() -> requests.Response:
+            self.stats["requests"] = self.stats.get("requests", 0) + 1
+            return requests.Session.send(self, request, **kwargs)
+
+        def on_retry(_attempt: int, why: str) -> None:
+            self.stats["retries"] = self.stats.get("retries", 0) + 1
+            log.info("retrying %s: %s", request.url, why)
+
+        try:
+            response = with_retries(attempt, self.policy, on_retry=on_retry)
+        except RetriesExhausted as err:
+            if self.recorder is not None and not is_token:
+                reason = f"http_{err.last_status}" if err.last_status is not None else "connection_error"
+                self.recorder.failure(key, FetchError(reason, str(err)))
+            raise
+        # the token answer is a credential; a 401 is an expired token that praw renews and asks
+        # again (recording it would answer the url with the 401 in a replay)
+        if self.recorder is not None and not is_token and response.status_code != 401:
+            self.recorder.response(key, response.status_code, response.reason or "", list(response.headers.items()), response.content)
+        return response
+
+    def _replay(self, request: requests.PreparedRequest, key: str, is_token: bool) -> requests.Response:
+        response = requests.Response()
+        response.url, response.request = request.url, request
+        if is_token:
+            response.status_code, response.reason = 200, "OK"
+            response.headers = CaseInsensitiveDict({"content-type": "application/json"})
+            response._content = b'{"access_token": "replay", "token_type": "bearer", "expires_in": 86400, "scope": "*"}'
+            return response
+        recorded = self.archive.get(key)
+        if recorded is None:
+            raise NotInArchive(f"{key} is not in the replay WARC {self.warc}")
+        self.stats["replayed"] = self.stats.get("replayed", 0) + 1
+        if recorded.failure:
+            reason, detail = recorded.failure
+            raise RetriesExhausted(detail, int(reason[5:]) if reason.startswith("http_") else None)
+        response.status_code, response.reason = recorded.status, ""
+        response.headers = CaseInsensitiveDict({k: v for k, v in recorded.headers.items() if not k.startswith("x-ratelimit")})
+        response._content = recorded.body
+        return response
+
+
+# --- praw -----------------------------------------------------------------------------------------
+def _credentials(p: dict) -> tuple[str, str]:
+    if p["mode"] == "replay":
+        return "replay", "replay"  # a replay sends nothing: no credentials needed
+    values = []
+    for param, what in (("client_id_env", "client id"), ("client_secret_env", "client secret")):
+        value = os.environ.get(p[param], "")
+        if not value:
+            raise StageError(f"environment variable {p[param]} (param {param}) is not set: it must hold the Reddit app's {what}")
+        values.append(value)
+    return values[0], values[1]
+
+
+def reddit_client(p: dict, session: ArchiveSession):
+    import praw  # imported here: --help and the DAG never need it
+
+    client_id, client_secret = _credentials(p)
+    return praw.Reddit(
+        client_id=client_id, client_secret=client_secret, user_agent=p["user_agent"],
+        oauth_url=p["oauth_url"].rstrip("/"), reddit_url=p["reddit_url"].rstrip("/"), short_url=p["short_url"].rstrip("/"),
+        check_for_updates=False, timeout=p["timeout_s"], requestor_kwargs={"session": session},
+    )
+
+
+def as_record(thing) -> dict:
+    """A praw Submission or Comment as the API's JSON object (the shape of a dump record): praw
+    turns `author` into a Redditor (None for "[deleted]") and `subreddit` into a Subreddit."""
+    record = {k: v for k, v in vars(thing).items() if not k.startswith("_")}
+    if "author" in record:
+        record["author"] = "[deleted]" if record["author"] is None else str(record["author"])
+    if "subreddit" in record:
+        record["subreddit"] = str(record["subreddit"])
+    return record
+
+
+def top_level_comments(submission, limit: int) -> tuple[list, int]:
+    """The post's top-level comments after expanding "more comments" stubs, and how many stubs
+    were left unexpanded past `limit`."""
+    forest = submission.comments  # fetches the comment tree
+    left = forest.replace_more(limit=limit)
+    return list(forest), len(left)
+
+
+def api_errors() -> tuple[type[BaseException], ...]:
+    import praw.exceptions
+    import prawcore.exceptions
+
+    return prawcore.exceptions.PrawcoreException, praw.exceptions.PRAWException
+
+
+def _epoch(value: str) -> int:
+    moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp())
+
+
+# --- the harvest ----------------------------------------------------------------------------------
+class _Harvest:
+    def __init__(self, ctx, reddit):
+        p = ctx.params
+        self.ctx, self.reddit, self.p = ctx, reddit, p
+        self.subreddit_domain = {sub.lower(): domain for domain, subs in p["domains"].items() for sub in subs}
+        self.extensions = tuple(e.lower() for e in p["image_extensions"])
+        self.shards = len(ctx.output_paths("posts"))
+        self.start, self.end = _epoch(p["start"]), _epoch(p["end"])
+        if self.end <= self.start:
+            raise StageError(f"param end ({p['end']}) must be after start ({p['start']})")
+        self.seen_posts: set[str] = set()
+        self.seen_comments: set[str] = set()
+        self.gallery_items_dropped = 0
+        self.kept_posts = 0
+        self.errors = api_errors()
+
+    def subreddits(self) -> list[str]:
+        names = self.p["subreddits"] or [sub for subs in self.p["domains"].values() for sub in subs]
+        unknown = [name for name in names if name.lower() not in self.subreddit_domain]
+        if unknown:
+            raise StageError(f"param subreddits: {unknown} are in no domain of param domains (MAVIS Table 11)")
+        return names
+
+    def harvest(self, name: str) -> None:
+        """Page r/<name>/new from the newest post until one older than `start`."""
+        stats, cap = self.ctx.stats, self.p["max_posts_per_subreddit"]
+        listing = self.reddit.subreddit(name).new(limit=None, request_limit=self.p["page_size"])
+        judged, reached_start = 0, False
+        try:
+            for position, submission in enumerate(listing, 1):
+                record = as_record(submission)
+                try:
+                    created = int_field(record, "created_utc")
+                except Reject:
+                    created = self.start  # unreadable: judged in the window, where its check rejects it
+                if created >= self.end:
+                    stats["listed_after_window"] = stats.get("listed_after_window", 0) + 1
+                    continue
+                if created < self.start:
+                    reached_start = True
+                    break
+                self.post(submission, record, f"r/{name}/new:{position}")
+                judged += 1
+                if cap and judged >= cap:
+                    reached_start = True  # the cap, not the listing, ended it
+                    break
+        except self.errors + (RetriesExhausted, NotInArchive) as err:
+            raise StageError(f"r/{name}: the listing could not be read: {type(err).__name__}: {err}") from None
+        if not reached_start:
+            log.warning("r/%s: the listing ended before %s; the window may be incomplete", name, self.p["start"])
+            stats.setdefault("incomplete_window", []).append(name)
+
+    def post(self, submission, record: dict, where: str) -> None:
+        """One post in the window: the pushshift rules, then its top-level comments. `where`
+        (listing and position) names a post without a usable id."""
+        ctx = self.ctx
+        raw_id = record.get("id")
+        item_id = f"reddit:{raw_id}" if isinstance(raw_id, str) and raw_id else where
+        kept = None
+        with ctx.item(item_id):
+            post_id = record_id(record, "subreddit")
+            subreddit = record["subreddit"]
+            if post_id in self.seen_posts:
+                raise Reject("duplicate", "post listed earlier in this harvest")
+            self.seen_posts.add(post_id)
+            domain = self.subreddit_domain.get(subreddit.lower())
+            if domain is None:
+                raise Reject("subreddit_not_configured", subreddit)
+            title, selftext, url, is_gallery, author, created, score, num_comments, over_18, permalink = post_fields(record)
+            if over_18 and not self.p["include_nsfw"]:
+                raise Reject("nsfw", subreddit)
+            dropped: list[tuple[str, str, str]] = []
+            urls, problem = image_urls(record, self.extensions, dropped)
+            if problem:
+                raise Reject(problem, url[:300])
+            try:
+                comments, left = top_level_comments(submission, self.p["replace_more_limit"])
+            except self.errors + (RetriesExhausted, NotInArchive) as err:
+                cause = getattr(err, "original_exception", None) or err
+                raise Reject("comments_unavailable", f"{type(cause).__name__}: {cause}"[:500]) from None
+            for media_id, reason, detail in dropped:
+                ctx.reject(f"{item_id}:{media_id}", reason, detail)
+                self.gallery_items_dropped += 1
+            ctx.stats["more_comments_left"] = ctx.stats.get("more_comments_left", 0) + left
+            shard = shard_of(item_id, self.shards)
+            ctx.writer("posts", shard).write({
+                "id": item_id, "post_id": post_id, "subreddit": subreddit, "domain": domain, "title": title, "selftext": selftext,
+                "url": url, "image_urls": urls, "is_gallery": is_gallery, "author": author, "created_utc": created, "score": score,
+                "num_comments": num_comments, "over_18": over_18, "permalink": permalink,
+            })
+            kept = post_id, shard, comments
+            self.kept_posts += 1
+        if kept:
+            post_id, shard, comments = kept
+            for comment in comments:
+                self.comment(as_record(comment), post_id, shard)
+
+    def comment(self, record: dict, post_id: str, shard: int) -> None:
+        """One top-level comment of a kept post: the pushshift comment rules."""
+        raw_id = record.get("id")
+        with self.ctx.item(f"reddit:{raw_id}" if isinstance(raw_id, str) and raw_id else f"reddit:{post_id}:?"):
+            comment_id, link_id, parent_id, body, score, author, created = comment_fields(record)
+            if comment_id in self.seen_comments:
+                raise Reject("duplicate", "comment seen earlier in this harvest")
+            self.seen_comments.add(comment_id)
+            if not parent_id.startswith("t3_"):
+                raise Reject("not_top_level", parent_id)
+            if link_id.removeprefix("t3_") != post_id:
+                raise Reject("post_not_kept", link_id)
+            self.ctx.writer("comments", shard).write({
+                "id": f"reddit:{comment_id}", "post_id": f"reddit:{post_id}", "body": body, "score": score, "author": author,
+                "created_utc": created,
+            })
+
+
+def _open_session(ctx) -> ArchiveSession:
+    p = ctx.params
+    policy = RetryPolicy(p["retry_attempts"], p["retry_backoff_s"], p["retry_max_sleep_s"])
+    warc = ctx.input_path("replay") if p["mode"] == "replay" and ctx.has_input("replay") else p["warc"]
+    if p["mode"] != "live" and not warc:
+        raise StageError(f"mode {p['mode']} needs param 'warc', the WARC file it writes or reads")
+    if p["mode"] == "replay":
+        if not Path(warc).is_file():
+            raise StageError(f"replay WARC {warc} does not exist (record it first with mode: record)")
+        return ArchiveSession("replay", policy, ctx.stats, archive=load_archive((warc,)), warc=warc)
+    recorder = WarcRecorder(warc) if p["mode"] == "record" else None
+    return ArchiveSession(p["mode"], policy, ctx.stats, recorder=recorder, warc=warc)
+
+
+def run(ctx):
+    if len(ctx.output_paths("comments")) != len(ctx.output_paths("posts")):
+        raise StageError("posts and comments need the same number of shard outputs")
+    session = _open_session(ctx)
+    try:
+        harvest = _Harvest(ctx, reddit_client(ctx.params, session))
+        for name in harvest.subreddits():
+            harvest.harvest(name)
+    except BaseException:
+        if session.recorder is not None:
+            session.recorder.abort()
+        raise
+    finally:
+        session.close()
+    if session.recorder is not None:
+        session.recorder.commit()
+    ctx.stats["kept_posts"] = harvest.kept_posts
+    ctx.stats["gallery_items_dropped"] = harvest.gallery_items_dropped
+
+
+def invariant(ctx) -> str | None:
+    """Dropped gallery items are rejects that are parts of kept posts, not records read."""
+    items = sum(ctx.rejected_by_reason[r] for r in GALLERY_ITEM_REASONS)
+    out = ctx.rows_out("posts") + ctx.rows_out("comments")
+    if ctx.rows_in != out + ctx.rejected - items:
+        return f"records {ctx.rows_in} != posts and comments {out} + rejected {ctx.rejected - items} (besides {items} gallery items)"
+    return None
+
+
+STAGE = Stage(
+    name="harvest_reddit_live",
+    version=VERSION,
+    doc=__doc__,
+    inputs={"replay": Input("the WARC mode replay answers from, instead of param warc (a rule lists it so that a new recording reruns the harvest)",
+                            optional=True, kind="file")},
+    outputs={
+        "posts": Output("reddit_posts", "kept image posts, one file per shard", many=True),
+        "comments": Output("reddit_comments", "top-level comments of kept posts, sharded with their post", many=True),
+    },
+    params={
+        "domains": Param(dict, help="domain -> list of subreddits (MAVIS Table 11)", items=Param(list, items=str)),
+        "subreddits": Param(list, [], "subreddits to harvest; empty: every subreddit in domains", items=str),
+        "image_extensions": Param(list, [".jpg", ".jpeg", ".png", ".gif", ".webp"], "url path endings that count as a direct image", items=str),
+        "include_nsfw": Param(bool, False, "keep posts marked over_18"),
+        "start": Param(str, help="window start, ISO 8601 UTC (2023-01-01 or 2023-01-01T00:00:00Z): posts created at or after it", pattern=_ISO_DATE),
+        "end": Param(str, help="window end, ISO 8601 UTC: posts created before it", pattern=_ISO_DATE),
+        "page_size": Param(int, 100, "posts per listing page (the API allows up to 100)", min=1, max=100),
+        "max_posts_per_subreddit": Param(int, 0, "stop a subreddit after this many posts in the window; 0 = all", min=0),
+        "replace_more_limit": Param(int, 32, "\"more comments\" stubs expanded per post (one request each; praw's replace_more limit); 0 = none", min=0),
+        "client_id_env": Param(str, "REDDIT_CLIENT_ID", "environment variable holding the Reddit app's client id"),
+        "client_secret_env": Param(str, "REDDIT_CLIENT_SECRET", "environment variable holding the Reddit app's client secret"),
+        "user_agent": Param(str, "python:citeforge:0.1 (MAVIS benchmark construction)", "User-Agent sent to Reddit (its API rules ask for a descriptive one)", min=7),
+        "oauth_url": Param(str, "https://oauth.reddit.com", "praw's oauth_url: where API requests go"),
+        "reddit_url": Param(str, "https://www.reddit.com", "praw's reddit_url: where the token is asked for"),
+        "short_url": Param(str, "https://redd.it", "praw's short_url"),
+        "mode": Param(str, "record", "live | record (write every API answer to `warc`) | replay (answer from `warc` only, no network)", choices=("live", "record", "replay")),
+        "warc": Param(str, "data/cache/reddit/reddit_live.warc.gz", "the WARC file: record writes it, replay answers from it"),
+        "retry_attempts": Param(int, 5, "tries per request on 429/5xx/timeouts, the first included", min=1),
+        "retry_backoff_s": Param(float, 1.0, "first retry waits about this long, then doubles (Retry-After wins)", min=0),
+        "retry_max_sleep_s": Param(float, 60.0, "longest wait between tries (caps Retry-After)", min=0),
+        "timeout_s": Param(float, 30.0, "per-request timeout", above=0),
+    },
+    run=run,
+    invariant=invariant,
+)
+
+if __name__ == "__main__":
+    STAGE.main()
