@@ -15,7 +15,7 @@ from werkzeug import Response
 
 from stages.core.prompts import PROMPTS_DIR
 from stages.core.refs import parse_refs
-from stages.mcitebench.extract_explanation_qa import locate_span, split_parts
+from stages.mcitebench.extract_explanation_qa import numbered, sentence_spans, split_parts
 from tests.conftest import run_stage
 from tests.mcitebench_fixtures import PAPER, write
 
@@ -36,16 +36,22 @@ THREE_POINTS = thread(
 
 
 def rule_based_triples(request):
-    """One triple per numbered answer of the response that cites something; the span is given by
-    its first and last words, as the prompt asks."""
+    """One triple per numbered point "(n)" of the response; the span is given by the numbers of the
+    sentences the point runs over, as the prompt asks."""
     prompt = request.get_json()["messages"][-1]["content"]
     response = prompt.split("# Authors' response", 1)[1].split("# JSON Output Format", 1)[0]
-    triples = []
-    for number, body in re.findall(r"\((\d)\) (.+)", response):
-        words = body.split()
-        triples.append({"question": f"What does point {number} of the review ask about the method?",
-                        "answer_start": " ".join(words[:4]), "answer_end": " ".join(words[-4:]),
-                        "evidence": ", ".join(r.label for r in parse_refs(body)), "valid": True, "reason": "answered"})
+    sentences = re.findall(r"^\[(\d+)\] (.*)$", response, re.MULTILINE)
+    triples, point = [], None
+    for number, text in sentences:
+        opens = re.match(r"\((\d)\) ", text)
+        if opens:
+            point = {"question": f"What does point {opens.group(1)} of the review ask about the method?",
+                     "answer_from": int(number), "answer_to": int(number), "evidence": "", "valid": True, "reason": "answered"}
+            triples.append(point)
+        elif point is not None:
+            point["answer_to"] = int(number)
+        if point is not None:
+            point["evidence"] = ", ".join(filter(None, [point["evidence"], *(r.label for r in parse_refs(text))]))
     body = {"id": "c1", "object": "chat.completion", "model": "rules",
             "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": json.dumps({"triples": triples})}}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 10}}
@@ -71,7 +77,7 @@ def test_three_points_in_one_rebuttal_give_three_triples_with_their_own_referenc
     write(tmp_path / "threads.parquet", [THREE_POINTS], "mcitebench_threads")
     qa, rejects, report = _run(tmp_path, "out", _server_llm(tmp_path, httpserver))
     assert [row["references"] for row in qa] == [["Table 3", "Figure 2"], ["Section 4.1, Line 12"]]
-    assert qa[0]["answer"].startswith("Yes, training takes") and qa[0]["answer"].endswith("Table 3 and Figure 2.")
+    assert qa[0]["answer"].startswith("(1) Yes, training takes") and qa[0]["answer"].endswith("Table 3 and Figure 2.")
     assert "Section 4.1" not in qa[0]["answer"] and "Table 3" not in qa[1]["answer"]
     assert len({row["id"] for row in qa}) == 2 and all(row["source_id"] == "t3p" for row in qa)
     # the point the authors did not answer with evidence gives no triple: its span cites nothing
@@ -96,11 +102,31 @@ def test_split_parts_keeps_every_character_of_text():
     assert "".join(parts).replace("\n", "").replace(" ", "") == text.replace("\n", "").replace(" ", "")
 
 
-def test_span_location():
-    response = "We agree.  Removing the gate costs 4.1 points,\nas shown in Table 2. Thanks."
-    assert locate_span("removing the GATE", "in Table 2.", response) == "Removing the gate costs 4.1 points,\nas shown in Table 2."
-    assert locate_span("Removing the gate", "not there", response) is None
-    assert locate_span("", "Table 2.", response) is None
+def test_sentences_are_numbered_and_spans_cut_from_the_text():
+    text = "We agree.  Removing the gate costs 4.1 points,\nas shown in Table 2. Thanks."
+    spans = sentence_spans(text)
+    assert numbered(text, spans) == "[1] We agree.\n[2] Removing the gate costs 4.1 points, as shown in Table 2.\n[3] Thanks."
+    assert text[spans[1][0]:spans[1][1]] == "Removing the gate costs 4.1 points,\nas shown in Table 2."
+    assert sentence_spans("  ") == []
+
+
+def test_out_of_range_and_reversed_spans_are_rejects(tmp_path, httpserver: HTTPServer):
+    def answer(request):
+        triples = [{"question": "Is the method faster than the baseline?", "answer_from": a, "answer_to": b,
+                    "evidence": "Table 3", "valid": True, "reason": "answered"} for a, b in [(2, 9), (3, 2), (2, 2)]]
+        body = {"id": "c1", "object": "chat.completion", "model": "rules",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": json.dumps({"triples": triples})}}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 10}}
+        return Response(json.dumps(body), content_type="application/json")
+    httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(answer)
+    llm = {"backend": "openai", "model": "rules", "cache": {"path": str(tmp_path / "llm.sqlite")},
+           "openai": {"base_url": httpserver.url_for("/v1"), "max_retries": 1}}
+    write(tmp_path / "threads.parquet", [THREE_POINTS], "mcitebench_threads")
+    qa, rejects, report = _run(tmp_path, "out", llm)
+    assert [r["reason"] for r in rejects] == ["answer_not_in_response", "answer_not_in_response"]
+    assert "sentences 2 to 9 of a response part with 4" in rejects[0]["detail"]
+    assert [row["answer"] for row in qa] == ["(1) Yes, training takes three hours instead of five on the same hardware, see Table 3 and Figure 2."]
+    assert report["rows_in"] == 3 == len(qa) + len(rejects)
 
 
 def test_embedded_model_checks_cache_and_prompt_edit(tmp_path):

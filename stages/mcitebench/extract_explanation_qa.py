@@ -4,14 +4,15 @@ evidence triple of a rebuttal thread.
 A thread is one reviewer note (a review or a reviewer's comment) with the authors' responses under
 it. A review usually raises several points and the rebuttal answers them one by one; Table 5 asks
 for the valid triples, so the model (prompts/mcitebench_explanation_qa.md) returns a list: per
-reviewer point, a neutral self-contained question, where the span of the authors' response that
-answers that point starts and ends (its first and last words, copied, so a long answer fits a short
-answer schema), the evidence the span cites, validity and a reason.
+reviewer point, a neutral self-contained question, the span of the authors' response that answers
+that point as the numbers of its first and last sentence (the prompt shows the response one
+numbered sentence per line: numbers fit a short answer schema however long the answer, and a model
+cannot paraphrase the authors' words), the evidence the span cites, validity and a reason.
 
 A small model judges poorly, so deterministic checks decide what can be checked:
-- the span's first and last words must occur, in that order, in the authors' response (case and
-  whitespace aside); the stored answer is the response's own text from the first to the last
-  (`answer_not_in_response` otherwise), and it must hold at least `min_answer_words` words besides
+- the span's sentence numbers must exist in the part shown, first <= last
+  (`answer_not_in_response` otherwise); the stored answer is the response's own text from the
+  first sentence to the end of the last, and it must hold at least `min_answer_words` words besides
   its references (`answer_too_short`: a bare "Section 4.1" answers nothing);
 - the evidence is what the reference parser (stages/core/refs.py, also used by pair_evidence)
   finds in that span and nowhere else, so a triple never inherits references that answer another
@@ -44,7 +45,7 @@ from stages.core.llm import LLMClient, LLMRequest
 from stages.core.refs import parse_refs, unique_refs
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
-VERSION = "2"  # 2: every triple of a thread, answer = the span that answers it, long threads split
+VERSION = "3"  # 2: every triple of a thread, answer = the span that answers it, long threads split; 3: spans by sentence number
 PROMPT = "mcitebench_explanation_qa"
 
 
@@ -69,22 +70,16 @@ def split_parts(text: str, limit: int) -> list[str]:
     return parts
 
 
-def _words_pattern(text: str) -> str | None:
-    words = re.findall(r"\S+", text.strip().strip("\"'“”"))
-    return r"\s+".join(map(re.escape, words)) if words else None
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of the sentences of `text` (blingfire, offline), in order."""
+    if not text.strip():
+        return []
+    return [span for span in blingfire.text_to_sentences_and_offsets(text)[1] if span[1] > span[0]]
 
 
-def locate_span(start: str, end: str, response: str) -> str | None:
-    """The response's own text from `start` to the end of `end` (matched word by word, ignoring case
-    and whitespace; `end` at or after `start`), or None when either is not in the response."""
-    first, last = _words_pattern(start), _words_pattern(end)
-    if first is None or last is None:
-        return None
-    for opening in re.finditer(first, response, re.IGNORECASE):
-        closing = re.compile(last, re.IGNORECASE).search(response, opening.start())
-        if closing is not None:
-            return response[opening.start():max(closing.end(), opening.end())]
-    return None
+def numbered(text: str, spans: list[tuple[int, int]]) -> str:
+    """The text as the prompt shows it: one sentence per line, numbered from 1."""
+    return "\n".join(f"[{n}] {' '.join(text[a:b].split())}" for n, (a, b) in enumerate(spans, 1))
 
 
 def _normal(text: str) -> str:
@@ -94,6 +89,7 @@ def _normal(text: str) -> str:
 def run(ctx):
     limit = ctx.params["max_prompt_chars"]
     todo, requests = [], []  # todo: (thread, request ids)
+    spans = {}  # request id -> (the response part shown, its sentence spans)
     for thread in ctx.read_rows("threads"):
         question, response = (thread["question_text"] or "").strip(), (thread["response_text"] or "").strip()
         if not question or not response:
@@ -110,14 +106,15 @@ def run(ctx):
         for i, review_part in enumerate(review_parts):
             for j, response_part in enumerate(response_parts):
                 ids.append(f"{thread['id']}#{i}.{j}")
-                requests.append(LLMRequest(id=ids[-1], prompt=PROMPT, variables={"question": review_part, "response": response_part}))
+                spans[ids[-1]] = (response_part, sentence_spans(response_part))
+                requests.append(LLMRequest(id=ids[-1], prompt=PROMPT, variables={
+                    "question": review_part, "response": numbered(response_part, spans[ids[-1]][1])}))
         todo.append((thread, ids))
 
     with LLMClient.from_params(ctx.params["llm"], stats=ctx.stats) as client:
         answers = dict(zip((r.id for r in requests), client.run(requests, desc="explanation QA")))
 
     for thread, ids in todo:
-        response = thread["response_text"].strip()
         seen: set[tuple[str, str]] = set()
         candidates = 0
         for call_id in ids:
@@ -129,20 +126,21 @@ def run(ctx):
             for k, triple in enumerate(answer.value["triples"]):
                 candidates += 1
                 with ctx.item(f"{call_id}/{k}"):
-                    ctx.write("qa", [_checked(thread, triple, response, seen, ctx.params["min_answer_words"], ctx.stats)])
+                    ctx.write("qa", [_checked(thread, triple, *spans[call_id], seen, ctx.params["min_answer_words"], ctx.stats)])
         if candidates == 0 and all(answers[i].ok for i in ids):
             with ctx.item(thread["id"]):
                 raise Reject("no_triple", "the model proposed no question-answer-evidence triple")
 
 
-def _checked(thread: dict, triple: dict, response: str, seen: set, min_words: int, stats) -> dict:
+def _checked(thread: dict, triple: dict, part: str, sentences: list, seen: set, min_words: int, stats) -> dict:
     """One candidate triple as a qa row, or a Reject saying which check it fails."""
     question, reason = triple["question"].strip(), triple["reason"].strip()
     if not triple["valid"]:
         raise Reject("not_qualified", f"judge: {reason} | question: {question}")
-    answer = locate_span(triple["answer_start"], triple["answer_end"], response)
-    if answer is None:
-        raise Reject("answer_not_in_response", f"from {triple['answer_start'][:150]!r} to {triple['answer_end'][:150]!r}")
+    first, last = triple["answer_from"], triple["answer_to"]
+    if not 1 <= first <= last <= len(sentences):
+        raise Reject("answer_not_in_response", f"sentences {first} to {last} of a response part with {len(sentences)}")
+    answer = part[sentences[first - 1][0]:sentences[last - 1][1]]
     refs = parse_refs(answer)
     labels = [r.label for r in unique_refs(refs)]
     if not labels:
