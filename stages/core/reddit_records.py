@@ -127,6 +127,9 @@ def image_urls(post: dict, extensions: tuple[str, ...], dropped: list | None = N
         url = html.unescape(url)
     if url.startswith(_IREDDIT):
         return [url], None
+    # a url without query or fragment whose path is not empty ends with its path: no urlsplit needed
+    if url.lower().endswith(extensions) and "?" not in url and "#" not in url and "/" in url[url.find("//") + 2 :]:
+        return [url], None
     parts = urlsplit(url)
     if parts.netloc.lower() == "i.redd.it" or parts.path.lower().endswith(extensions):
         return [url], None
