@@ -337,12 +337,12 @@ def run(ctx):
         with tqdm(total=total, unit="B", unit_scale=True, desc="harvest_pushshift", mininterval=2) as bar:
             for path in ordered:
                 harvest.read(path, bar)
+        harvest.flush()
+        harvest.posts.flush(final=True)
+        harvest.comments.flush(final=True)
     finally:
         if collecting:
             gc.enable()
-    harvest.flush()
-    harvest.posts.flush(final=True)
-    harvest.comments.flush(final=True)
     ctx.stats["kept_posts"] = len(harvest.kept_posts)
 
 
