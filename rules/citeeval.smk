@@ -5,15 +5,18 @@
 # citeeval_itercoe -> citeeval_editdist [<- citeeval_fit] -> citeeval_score; one citeeval_report
 # per evaluation, beside the evaluation's own report. A later evaluation (MAVIS, M2RAG) feeds
 # citeeval_prepare a citeeval_responses table the same way.
-from stages.core.citeeval import PUBLIC_COEFFICIENTS
-
 CE = config.get("citeeval", {})
 
 if CE.get("enabled", False):
     _CE_JUDGE = CE["judge"]
-    _CE_SETTINGS = {"judge": _CE_JUDGE["name"], "llm": llm_settings(config.get("llm"), _CE_JUDGE.get("llm")), "max_tokens": CE.get("max_tokens", 0)}
-    _CE_FIT = (CE.get("fit") or {}).get("human_ratings")
-    _CE_HUMAN = CE.get("human_ratings")
+    _CE_JUDGE_SETTINGS = {"judge": _CE_JUDGE["name"], "llm": llm_settings(config.get("llm"), _CE_JUDGE.get("llm"))}
+
+    def _ce_section(stage):
+        """The config subsection named after `stage` (its params, beside rule-only keys)."""
+        return CE.get(stage) or {}
+
+    _CE_FIT = _ce_section("citeeval_fit").get("human_ratings")
+    _CE_HUMAN = _ce_section("citeeval_score").get("human_ratings")
     _CE_SOURCES = []  # (report path, [src, ...], title)
 
     def _ce(stage, table):
@@ -68,8 +71,7 @@ if CE.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("citeeval_prepare"),
-            settings=settings({"model": CE.get("input_model", "citeeval-input"), "limit": CE.get("limit", 0),
-                               "min_statement_chars": CE.get("min_statement_chars", 20)}),
+            settings=settings(_ce_section("citeeval_prepare")),
         log:
             _ce_log("citeeval_prepare"),
         benchmark:
@@ -88,9 +90,9 @@ if CE.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("citeeval_context"),
-            settings=settings(_CE_SETTINGS),
+            settings=settings({**_CE_JUDGE_SETTINGS, **_ce_section("citeeval_context")}),
         resources:
-            gpu=gpus(_CE_SETTINGS["llm"]),
+            gpu=gpus(_CE_JUDGE_SETTINGS["llm"]),
         log:
             _ce_log("citeeval_context"),
         benchmark:
@@ -110,9 +112,9 @@ if CE.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("citeeval_itercoe"),
-            settings=settings(_CE_SETTINGS),
+            settings=settings({**_CE_JUDGE_SETTINGS, **_ce_section("citeeval_itercoe")}),
         resources:
-            gpu=gpus(_CE_SETTINGS["llm"]),
+            gpu=gpus(_CE_JUDGE_SETTINGS["llm"]),
         log:
             _ce_log("citeeval_itercoe"),
         benchmark:
@@ -130,7 +132,7 @@ if CE.get("enabled", False):
             params:
                 io=stage_io,
                 version=stage_version("citeeval_fit"),
-                settings=settings({"rating_scale": CE["fit"].get("rating_scale", "likert5")}),
+                settings=settings({k: v for k, v in _ce_section("citeeval_fit").items() if k != "human_ratings"}),
             log:
                 f"{RUNDIR}/logs/citeeval/citeeval_fit.log",
             benchmark:
@@ -149,7 +151,7 @@ if CE.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("citeeval_editdist"),
-            settings=settings({"coefficients": (CE.get("editdist") or {}).get("coefficients") or PUBLIC_COEFFICIENTS}),
+            settings=settings(_ce_section("citeeval_editdist")),
         log:
             _ce_log("citeeval_editdist"),
         benchmark:
@@ -211,7 +213,7 @@ if CE.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("citeeval_report"),
-            settings=lambda w: settings({"title": CE.get("title") or _report_title(w)}),
+            settings=lambda w: settings({"title": _ce_section("citeeval_report").get("title") or _report_title(w)}),
         log:
             f"{RUNDIR}/logs/{{where}}/citeeval_report.log",
         benchmark:

@@ -10,7 +10,8 @@ Rules (decided from the prompt text, so every request is answered the same way e
 - A query containing "MALFORMED" is always answered without any category/editing/rating tag;
   "FLAKY" is answered with a malformed rating ("five") the first time a prompt is seen, then
   correctly (the client's retry samples with another seed).
-Requests are recorded (`requests`: the prompt texts).
+Requests are recorded (`requests`: the prompt texts). `RESPONSES` / `prepared_tables` are the
+responses these rules were written for (tests/test_citeeval_context.py, test_citeeval_itercoe.py).
 """
 from __future__ import annotations
 
@@ -18,6 +19,30 @@ import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from stages.core.tables import write_table
+
+PASSAGES = [{"id": k, "title": "", "text": f"passage {k} about light", "mode": "text"} for k in (1, 2, 3)]
+RESPONSES = {  # id -> (query, statements as (sentence, citations))
+    "ok": ("Why is the sky blue?", [("Hello, you asked why the sky is blue.", []), ("Air scatters blue light most.", [1, 2]),
+                                    ("Shorter waves scatter more strongly.", [])]),
+    "bad": ("MALFORMED question?", [("Nobody knows this for sure.", []), ("Air scatters blue light.", [3])]),
+    "flaky": ("FLAKY question?", [("Air scatters blue light.", [3])]),
+}
+
+
+def prepared_tables(tmp_path) -> list[str]:
+    """citeeval_prepare's two tables for `RESPONSES`, written under tmp_path; the stage flags reading them."""
+    prepared, statements = [], []
+    for rid, (query, rows) in RESPONSES.items():
+        prepared.append({"id": rid, "model": "m", "source": "test", "query": query, "passages": PASSAGES, "mode": "text",
+                         "prediction": " ".join(s for s, _ in rows), "thinking_dropped": False, "unanswerable": False,
+                         "n_statements": len(rows), "dropped_citations": []})
+        statements += [{"id": f"{rid}/{i}", "response_id": rid, "model": "m", "sentence_id": i, "sentence": s, "citations": c,
+                        "dropped": [], "unanswerable": False} for i, (s, c) in enumerate(rows, start=1)]
+    write_table(tmp_path / "prepared.parquet", prepared, "citeeval_prepared")
+    write_table(tmp_path / "statements.parquet", statements, "citeeval_statements")
+    return ["--input", f"responses={tmp_path / 'prepared.parquet'}", "--input", f"statements={tmp_path / 'statements.parquet'}"]
 
 
 def context_answer(prompt: str) -> str:

@@ -46,9 +46,10 @@ def test_citeeval_rules(tmp_path):
             "run": "t", "mavis": {"enabled": False}, "mcitebench": {"enabled": False}, "m2rag": {"enabled": False},
             "evaluate": {"enabled": True, "release": str(folder), "generate_answers": {"limit": 2, "max_tokens": 24},
                          "judge": {"name": "judge-smol"}, "models": [{"name": "smol-a"}]},
-            "citeeval": {"enabled": True, "input": str(tmp_path / "samples.json"), "input_model": "system-x", "limit": 0,
+            "citeeval": {"enabled": True, "input": str(tmp_path / "samples.json"), "citeeval_prepare": {"model": "system-x", "limit": 0},
                          "judge": {"name": "rule-judge", "llm": judge.llm(tmp_path)},
-                         "fit": {"human_ratings": str(tmp_path / "fit.csv")}, "human_ratings": str(tmp_path / "human.csv")},
+                         "citeeval_fit": {"human_ratings": str(tmp_path / "fit.csv")},
+                         "citeeval_score": {"human_ratings": str(tmp_path / "human.csv")}},
         }
         (work / "config" / "test.yaml").write_text(yaml.safe_dump(config))
         plan = subprocess.run(["snakemake", "--cores", "2", "evaluate", "--configfile", "config/test.yaml", "-n"],

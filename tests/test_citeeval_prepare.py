@@ -1,5 +1,5 @@
-"""citeeval_prepare (CiteEval App. C.2 post-processing, CiteEval JSON import/export) and the MCiteBench
-adapter, through their real CLIs on hand-made inputs."""
+"""citeeval_prepare (CiteEval App. C.2 post-processing, CiteEval JSON import/export) through its real
+CLI on hand-made inputs."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import run_stage
-from eval_fixtures import response_row
 from stages.core.tables import write_table
 
 PASSAGES = [{"id": k, "title": f"T{k}", "text": f"passage {k} text", "mode": "text"} for k in (1, 2, 3)]
@@ -104,23 +103,6 @@ def test_limit_rates_the_first_responses(tmp_path):
     responses, _, _, out = prepare(tmp_path, "--input", f"responses={responses_file(tmp_path, texts)}", params='{"limit": 2}')
     assert [r["id"] for r in responses] == ["r0", "r1"]
     assert json.loads((tmp_path / "responses.out.report.json").read_text())["stats"]["responses_not_rated_by_limit"] == 2
-
-
-def test_mcitebench_responses_become_numbered_passages(tmp_path):
-    row = response_row("q1", "Accuracy rises with depth [3], Figure 1 and Table 2 show it [1, 2]. Fig. 9 is unrelated.",
-                       ["[3]"], labels=["[1]", "[2]", "Figure 1", "Table 2", "[3]"])
-    row["items"][2]["caption"] = "Accuracy by depth."
-    src = tmp_path / "eval_responses.parquet"
-    write_table(src, [row], "eval_responses")
-    out = tmp_path / "ce.parquet"
-    run_stage("citeeval_from_mcitebench", "--input", f"responses={src}", "--output", f"responses={out}")
-    got = pq.read_table(out).to_pylist()[0]
-    assert [(p["id"], p["title"], p["mode"]) for p in got["passages"]] == [
-        (1, "", "text"), (2, "", "text"), (4, "Figure 1", "caption"), (5, "Table 2", "label"), (3, "", "text")]
-    assert got["passages"][2]["text"] == "Accuracy by depth."
-    assert got["response"] == "Accuracy rises with depth [3], Figure 1 [4] and Table 2 [5] show it [1][2]. Fig. 9 is unrelated."
-    assert got["mode"] == "caption+label" and got["query"] == "Why?" and got["source"] == "mcitebench"
-    assert json.loads(out.with_name("ce.parquet.report.json").read_text())["stats"]["refs_not_in_input"] == 1
 
 
 @pytest.mark.parametrize("text, expected", [

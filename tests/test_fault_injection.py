@@ -3,9 +3,10 @@ Retry-After, 500/502/503, a reset mid-body, a truncated body under a correct Con
 dripping slower than any deadline, a redirect loop.
 
 For each client and fault, served once (transient) and on every try (persistent): the record ends
-as a success after retries, or as a reject with a reason (fetch layer, OpenReview PDFs), or as a
-failure that names itself (an OpenReview listing, the model backend: LLMError, one line, the job
-fails and a rerun resumes from the call cache). Nothing is dropped silently, and no client runs
+as a success after retries, or as a reject with a reason (fetch layer, OpenReview PDFs, a PDF sent
+to mineru-api), or as a failure that names itself (an OpenReview listing, the model backend:
+LLMError, one line, the job fails and a rerun resumes from the call cache; a search provider:
+SearchFailed naming the provider and the reason, the job stops rather than write an empty result). Nothing is dropped silently, and no client runs
 past its configured timeouts (wall-time bounds, generous for a busy machine)."""
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import collections
 import io
 import json
 import time
+import zipfile
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,6 +23,10 @@ from PIL import Image
 
 from stages.core.fetch import Fetcher, FetchError, FetchSettings
 from stages.core.llm import LLMClient, LLMError, LLMRequest
+from stages.core.mineru import parse_pdf
+from stages.core.retry import RetryPolicy
+from stages.core.search import SearchFailed, make_provider
+from stages.core.stage import Reject
 from stages.core.prompts import PromptLibrary
 from stages.images.cache_images import STAGE as CACHE_IMAGES
 from stages.mcitebench.harvest_openreview import STAGE as HARVEST_OPENREVIEW
@@ -249,3 +255,118 @@ def test_model_backend_malformed_answer_is_a_failed_call_not_a_crash(tmp_path):
             (answer,) = client.run([LLMRequest("a", "say", {"topic": "rain"})])
     assert not answer.ok and answer.error.startswith("backend: malformed response") and "not a list" in answer.raw
     assert stats["llm_failed"] == 1
+
+
+# -- the search providers (stages/core/search: Google Programmable Search, SearXNG) ---------------
+def google_api(method, target, headers, body) -> tuple[int, dict, bytes]:
+    """The Custom Search JSON API's shape: `items` with link, title, snippet; no next page."""
+    assert headers.get("X-goog-api-key") == "test-key"
+    items = [{"link": f"https://example.org/{i}", "title": f"Result {i}", "snippet": "..."} for i in range(3)]
+    return 200, {"Content-Type": "application/json"}, json.dumps({"items": items, "queries": {}}).encode()
+
+
+def searxng_api(method, target, headers, body) -> tuple[int, dict, bytes]:
+    """SearXNG's JSON API: `results` with url, title, content; page 2 is empty."""
+    results = [] if "pageno=2" in target else [{"url": f"https://example.org/{i}", "title": f"Result {i}", "content": "..."} for i in range(3)]
+    return 200, {"Content-Type": "application/json"}, json.dumps({"query": "q", "results": results}).encode()
+
+
+SEARCH = {"google": ("/customsearch/v1", google_api), "searxng": ("/search", searxng_api)}
+PERSISTENT_SEARCH_REASON = {  # SearchFailed.reason when a fault never stops
+    "google": {**PERSISTENT_REASON, "429_retry_after": "quota", "429": "quota"},
+    "searxng": {**PERSISTENT_REASON, "429_retry_after": "rate_limited", "429": "rate_limited"},
+}
+
+
+@pytest.fixture(params=sorted(SEARCH))
+def search_server(request, monkeypatch):
+    name = request.param
+    path, route = SEARCH[name]
+    monkeypatch.setenv("TEST_SEARCH_KEY", "test-key")
+    with FaultyServer({path: route}) as server:
+        settings = {"endpoint": server.url(path), "engine_id": "cx1", "key_env": "TEST_SEARCH_KEY"} if name == "google" \
+            else {"endpoint": server.url(""), "max_pages": 2}
+        yield name, path, server, make_provider(name, settings)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_search_recovers_from_one_fault(search_server, fault):
+    name, path, server, provider = search_server
+    server.inject(path, fault)
+    started = time.monotonic()
+    with Fetcher(fetch_settings()) as fetcher:
+        hits = provider.search(fetcher, "why is the sky blue", "page", 3)
+    assert [h.url for h in hits] == [f"https://example.org/{i}" for i in range(3)] and [h.rank for h in hits] == [1, 2, 3]
+    assert server.served(path)[:2] == [fault, "answer"]
+    assert fetcher.stats["retries"] == (0 if fault == "redirect_loop" else 1)
+    assert time.monotonic() - started < worst_case(ATTEMPTS, DEADLINE, MAX_SLEEP)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_search_outage_stops_the_job_naming_the_provider(search_server, fault):
+    name, path, server, provider = search_server
+    server.inject(path, fault, times=None)
+    started = time.monotonic()
+    with Fetcher(fetch_settings()) as fetcher, pytest.raises(SearchFailed) as info:
+        provider.search(fetcher, "why is the sky blue", "page", 3)
+    assert info.value.reason == PERSISTENT_SEARCH_REASON[name][fault], str(info.value)
+    assert str(info.value).startswith(f"search provider {name}: ") and "\n" not in str(info.value)
+    assert len(server.served(path)) == (4 if fault == "redirect_loop" else ATTEMPTS)
+    assert time.monotonic() - started < worst_case(ATTEMPTS, DEADLINE, MAX_SLEEP)
+
+
+# -- the MinerU client (stages/core/mineru.py: POST /v1/file_parse of mineru-api) ------------------
+MINERU_SLACK = 0.6  # per try: the server's wait_timeout (0 here) plus this, for the whole answer
+
+
+def mineru_answer(method, target, headers, body) -> tuple[int, dict, bytes]:
+    """mineru-api's zip answer: middle_json.json and the crops under images/."""
+    assert method == "POST" and b"%PDF-" in body and "output_formats=zip" in target
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("middle_json.json", json.dumps({"pages": [{"page_idx": 0, "blocks": []}]}))
+        archive.writestr("images/a.png", png())
+    return 200, {"Content-Type": "application/zip"}, buffer.getvalue()
+
+
+@pytest.fixture
+def mineru_server():
+    with FaultyServer({"/v1/file_parse": mineru_answer}) as server:
+        yield server
+
+
+def mineru_parse(server: FaultyServer):
+    return parse_pdf(server.url(""), PDF, "paper.pdf", tier="flash", ocr_mode="txt", page_range="", timeout=0.0,
+                     policy=RetryPolicy(attempts=ATTEMPTS, base_delay=0.01, max_sleep=MAX_SLEEP), slack=MINERU_SLACK)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_mineru_client_recovers_from_one_fault(mineru_server, fault):
+    mineru_server.inject("/v1/file_parse", fault)
+    started = time.monotonic()
+    middle, images = mineru_parse(mineru_server)
+    assert middle == {"pages": [{"page_idx": 0, "blocks": []}]} and images == {"images/a.png": png()}
+    assert mineru_server.served("/v1/file_parse") == [fault, "answer"]
+    assert time.monotonic() - started < worst_case(ATTEMPTS, MINERU_SLACK, MAX_SLEEP)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_mineru_client_outage_is_the_papers_reject_with_a_reason(mineru_server, fault):
+    mineru_server.inject("/v1/file_parse", fault, times=None)
+    started = time.monotonic()
+    with pytest.raises(Reject) as info:
+        mineru_parse(mineru_server)
+    assert info.value.reason == "mineru_failed" and mineru_server.url("/v1/file_parse") in info.value.detail
+    expected = {"reset": "cut short", "truncated": "cut short", "drip": "not complete after", "redirect_loop": "TooManyRedirects"}
+    assert expected.get(fault, f"HTTP {fault[:3]}") in info.value.detail, (fault, info.value.detail)
+    tries = len(mineru_server.served("/v1/file_parse"))
+    assert tries == (6 if fault == "redirect_loop" else ATTEMPTS)  # max_redirects 5: six hops
+    assert time.monotonic() - started < worst_case(ATTEMPTS, MINERU_SLACK, MAX_SLEEP)
+
+
+def test_mineru_error_answer_in_a_proxys_shape_is_a_reject(mineru_server):
+    """An error body whose `error` is a bare string (a proxy's, not mineru-api's {code, message})."""
+    mineru_server.routes["/v1/file_parse"] = (400, {"Content-Type": "application/json"}, b'{"error": "upload too large"}')
+    with pytest.raises(Reject) as info:
+        mineru_parse(mineru_server)
+    assert info.value.reason == "mineru_failed" and "upload too large" in info.value.detail

@@ -139,3 +139,20 @@ def test_demo_tables_match_the_row_by_row_harvest(tmp_path):
     assert sum(len(rows) for rows in expected.values()) == 30 + 73 + 80
     for name, rows in expected.items():
         assert got[name] == rows, name
+
+
+def test_subreddit_byte_prefilter_agrees_with_the_parse(tmp_path):
+    """Out-of-scope posts are rejected from their bytes only when the bytes are unambiguous:
+    a nested subreddit key, an escaped name or a kept id goes through the full rules."""
+    crosspost = _post("x", crosspost_parent_list=[{"id": "orig", "subreddit": "pics"}])
+    rs = _zst(tmp_path / "RS_2023-01.zst", [_post("a"), crosspost, _post("a", sub="pics"), _post("o", sub="Pics")],
+              extra_lines=[b'{"id":"e","subreddit":"ask\\u0073cience","url":"https://i.redd.it/e.jpg"}',
+                           b'{"id":"t","subreddit":"pics","title":"unterminated'])
+    posts, _, rejects, report = _harvest(tmp_path, [rs], shards=1)
+    assert sorted(p["id"] for p in posts) == ["reddit:a", "reddit:e", "reddit:x"]
+    assert [(r["id"], r["reason"], r["detail"]) for r in rejects] == [
+        ("reddit:a", "duplicate", "post seen in an earlier dump"),
+        ("reddit:o", "subreddit_not_configured", "Pics"),
+        ("RS_2023-01.zst:6", "bad_json", rejects[-1]["detail"]),  # no closing brace: parsed, not guessed
+    ]
+    assert report["rows_in"] == 6 == len(posts) + len(rejects)

@@ -20,7 +20,7 @@ citations are keyed one too high (citation k is stored as k + 1), so a DELETE of
 citation k - 1 if that one was cited and is skipped otherwise, and an ADD of k is skipped when
 k - 1 was cited; a statement the model did not edit, or one left with no action, is 1.0.
 
-Coefficients: the params (config `citeeval.editdist.coefficients`, defaults: the public release's
+Coefficients: the params (config `citeeval.citeeval_editdist.coefficients`, defaults: the public release's
 fit), or the JSON file citeeval_fit writes (`coefficients` input) when given.
 
 Inputs: statements (citeeval_statements), ratings (citeeval_itercoe), coefficients (optional JSON).
@@ -127,7 +127,10 @@ STAGE = Stage(
         "coefficients": Input("coefficients JSON from citeeval_fit (overrides the params)", optional=True, kind="file"),
     },
     outputs={"distances": Output("citeeval_editdist", "one row per rated statement")},
-    params={"coefficients": Param(dict, dict(PUBLIC_COEFFICIENTS), "Eq. 3 coefficients: the seven actions and intercept")},
+    params={"coefficients": Param(dict, dict(PUBLIC_COEFFICIENTS), "Eq. 3 distances d(a_k) of the seven actions and intercept b "
+                                  "(default: the fit of CiteEval's public release)",
+                                  fields={name: Param(float, help=f"d({name})" if name in ACTIONS else "b")
+                                          for name in (*ACTIONS, "intercept")})},
     run=run,
 )
 

@@ -57,8 +57,6 @@ def fit(X: np.ndarray, y: np.ndarray) -> tuple[dict[str, float], int, float]:
 
 def run(ctx):
     scale = ctx.params["rating_scale"]
-    if scale not in ("likert5", "unit"):
-        raise StageError(f"rating_scale must be likert5 or unit, got {scale!r}")
     X, y = [], []
     for n, row in enumerate(read_rows(ctx.input_path("ratings")), start=1):
         with ctx.item(str(row.get("id") or f"row:{n}")):
@@ -87,7 +85,8 @@ STAGE = Stage(
     doc=__doc__,
     inputs={"ratings": Input("human ratings with action counts (CSV or JSON lines)", kind="file")},
     outputs={"coefficients": Output(None, "fitted Eq. 3 coefficients (JSON)")},
-    params={"rating_scale": Param(str, "likert5", "likert5: ratings 1-5, normalised (r-1)/4; unit: already on [0, 1]")},
+    params={"rating_scale": Param(str, "likert5", "likert5: ratings 1-5, normalised (r-1)/4; unit: already on [0, 1]",
+                                  choices=("likert5", "unit"))},
     run=run,
 )
 

@@ -130,9 +130,9 @@ STAGE = Stage(
     },
     outputs={"ratings": Output("citeeval_itercoe", "one row per applicable statement")},
     params={
-        "judge": Param(str, help="the judge's name, recorded in every row"),
-        "llm": Param(dict, {}, "llm settings of the judge model"),
-        "max_tokens": Param(int, 0, "answer length budget in tokens (0 = the prompt's default)"),
+        "judge": Param(str, help="the judge's name, recorded in every row", pattern=Param.PLAIN_NAME),
+        "llm": Param(dict, {}, "llm settings of the judge model (the llm: section with the judge's overrides)", schema="llm"),
+        "max_tokens": Param(int, 0, "answer length budget in tokens (0 = the prompt's default)", min=0),
     },
     run=run,
 )

@@ -245,8 +245,8 @@ STAGE = Stage(
     },
     params={
         "model": Param(str, "citeeval-input", "model name for CiteEval-file samples that name none"),
-        "min_statement_chars": Param(int, 20, "a statement shorter than this (citations removed) is merged into the one before"),
-        "limit": Param(int, 0, "rate only the first N responses (0 = all)"),
+        "min_statement_chars": Param(int, 20, "a statement shorter than this (citations removed) is merged into the one before", min=0),
+        "limit": Param(int, 0, "rate only the first N responses (0 = all)", min=0),
     },
     run=run,
 )

@@ -16,8 +16,9 @@ import yaml
 
 from .schema_check import SCHEMAS, schema_errors
 
-# Config keys of the old layout -> their names now (sections are named after the stage they feed).
-RENAMED = {
+# Config keys of the old layout -> their names now (sections are named after the stage they feed);
+# a key that now lives in several stages' sections maps to all of them.
+RENAMED: dict[str, str | tuple[str, ...]] = {
     "mavis.pushshift": "mavis.harvest_pushshift",
     "mavis.filter": "mavis.filter_questions",
     "mavis.release": "mavis.release_mavis",
@@ -40,6 +41,14 @@ RENAMED = {
     "evaluate.max_tokens": "evaluate.generate_answers.max_tokens",
     "evaluate.with_captions": "evaluate.generate_answers.with_captions",
     "evaluate.title": "evaluate.report_mcitebench.title",
+    "citeeval.input_model": "citeeval.citeeval_prepare.model",
+    "citeeval.limit": "citeeval.citeeval_prepare.limit",
+    "citeeval.min_statement_chars": "citeeval.citeeval_prepare.min_statement_chars",
+    "citeeval.max_tokens": ("citeeval.citeeval_context.max_tokens", "citeeval.citeeval_itercoe.max_tokens"),
+    "citeeval.editdist": "citeeval.citeeval_editdist",
+    "citeeval.fit": "citeeval.citeeval_fit",
+    "citeeval.human_ratings": "citeeval.citeeval_score.human_ratings",
+    "citeeval.title": "citeeval.citeeval_report.title",
 }
 
 
@@ -54,7 +63,9 @@ def validate_config(config: dict, schemas: Path = SCHEMAS) -> None:
     for where, problem, keyword in schema_errors(schema, config, schemas, base=None):
         key = where.lstrip(".") or "<top level>"
         if keyword == "additionalProperties" and key in RENAMED:
-            lines.append(f"config key '{key}' was renamed to '{RENAMED[key]}'")
+            new = RENAMED[key]
+            names = " and ".join(f"'{name}'" for name in ((new,) if isinstance(new, str) else new))
+            lines.append(f"config key '{key}' was renamed to {names}")
         elif keyword == "additionalProperties":
             lines.append(f"unknown config key '{key}' {problem.removeprefix('is unknown ')}")
         else:

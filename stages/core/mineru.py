@@ -6,7 +6,8 @@ package started on a free 127.0.0.1 port with the configured tier, waited for on
 always stopped. `parse_pdf(url, pdf, ...)` POSTs one PDF to /v1/file_parse (tier, ocr_mode,
 output_formats=zip) and returns the zip's `middle_json.json` and `images/*` crops; a PDF MinerU
 cannot parse raises `Reject` (corrupt_pdf: MinerU cannot open it; mineru_failed: any other error,
-a failed or timed-out request, an error answer, an unreadable zip or middle_json), so a stage
+a request that still fails after its retries (429, 5xx, a reset, a cut-short or stalled answer), a
+redirect loop, an error answer, an unreadable zip or middle_json), so a stage
 parsing inside `with ctx.item(...)` rejects that one paper and goes on. A server that does not
 start is a StageError.
 """
@@ -28,6 +29,7 @@ from typing import Iterator
 import pypdfium2
 import requests
 
+from .retry import RetriesExhausted, RetryPolicy, read_body, with_retries
 from .stage import Reject, StageError
 
 
@@ -99,16 +101,48 @@ def check_pdf(pdf: bytes) -> None:
         raise Reject("encrypted_pdf" if "password" in str(err).lower() else "corrupt_pdf", str(err)) from None
 
 
-def parse_pdf(url: str, pdf: bytes, name: str, *, tier: str, ocr_mode: str, page_range: str, timeout: float) -> tuple[dict, dict[str, bytes]]:
-    """middle_json and the crops (zip path -> bytes) of one PDF; Reject when MinerU cannot parse it."""
+# A parse is idempotent, so a busy or restarting server (429, 5xx, a reset or a cut-short answer, a
+# stalled one) is asked again; what still fails after the last try is that paper's reject.
+RETRY = RetryPolicy(attempts=3, base_delay=1.0, max_sleep=60.0)
+MAX_REDIRECTS = 5
+
+
+def _task_verdict(response: requests.Response) -> bool:
+    """mineru-api answers a PDF it failed on with a 500 holding its task (status failed/partial):
+    that is its verdict on the PDF, asked again it fails again; a bare 500 is an outage."""
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("status") in ("failed", "partial")
+
+
+def parse_pdf(url: str, pdf: bytes, name: str, *, tier: str, ocr_mode: str, page_range: str, timeout: float,
+              policy: RetryPolicy = RETRY, slack: float = 30.0) -> tuple[dict, dict[str, bytes]]:
+    """middle_json and the crops (zip path -> bytes) of one PDF; Reject when MinerU cannot parse it.
+    Each try gets `timeout` (the server's own wait_timeout) + `slack` (the upload and the answer) in
+    all: for the server to answer, and for the whole answer to arrive (a dripping server is cut off,
+    not waited on)."""
     query = {"tier": tier, "ocr_mode": ocr_mode, "output_formats": "zip", "response_format": "zip", "wait_timeout": int(timeout)}
     if page_range:
         query["page_range"] = page_range
-    try:
-        response = requests.post(f"{url}/v1/file_parse", params=query, files={"files": (name, pdf, "application/pdf")},
-                                 timeout=timeout + 30)
-    except requests.RequestException as err:
-        raise Reject("mineru_failed", f"{type(err).__name__}: {err}") from None
+    endpoint = f"{url}/v1/file_parse"
+    budget = timeout + slack
+
+    def one_try(session: requests.Session) -> requests.Response:
+        started = time.monotonic()
+        response = session.post(endpoint, params=query, files={"files": (name, pdf, "application/pdf")}, timeout=budget, stream=True)
+        read_body(response, max(0.0, budget - (time.monotonic() - started)))
+        return response
+
+    with requests.Session() as session:
+        session.max_redirects = MAX_REDIRECTS
+        try:
+            response = with_retries(lambda: one_try(session), policy, final=_task_verdict)
+        except RetriesExhausted as err:
+            raise Reject("mineru_failed", f"{endpoint}: {err}") from None
+        except requests.RequestException as err:  # a redirect loop, an unreachable server...
+            raise Reject("mineru_failed", f"{endpoint}: {type(err).__name__}: {err}") from None
     if response.headers.get("content-type", "").startswith("application/zip"):
         try:
             with zipfile.ZipFile(io.BytesIO(response.content)) as archive:
@@ -125,11 +159,12 @@ def parse_pdf(url: str, pdf: bytes, name: str, *, tier: str, ocr_mode: str, page
         raise Reject("mineru_failed", f"HTTP {response.status_code}: {response.text[:500]}") from None
     if not isinstance(body, dict):
         raise Reject("mineru_failed", f"HTTP {response.status_code}: {response.text[:500]}")
-    errors = [f.get("error") or {} for f in body.get("files") or []] or [body.get("error") or {}]
-    message = "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors)
+    files = body.get("files") if isinstance(body.get("files"), list) else []
+    errors = [f.get("error") if isinstance(f, dict) else f for f in files] or [body.get("error")]
+    # an error is {code, message} in the API's shape; a proxy in front of it may answer a bare string
+    message = "; ".join(f"{e.get('code')}: {e.get('message')}" if isinstance(e, dict) else str(e) for e in errors)[:1000]
     if body.get("status") not in ("failed", "partial"):
         raise Reject("mineru_failed", f"HTTP {response.status_code}, task {body.get('status')}: {message}")
-    if any("Failed to load document" in str(e.get("message")) for e in errors):
+    if "Failed to load document" in message:
         raise Reject("corrupt_pdf", message)
     raise Reject("mineru_failed", message)
-

@@ -103,8 +103,10 @@ def with_retries(
     policy: RetryPolicy = RetryPolicy(),
     on_retry: Callable[[int, str], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    final: Callable[[requests.Response], bool] | None = None,
 ) -> requests.Response:
-    """Run `call` until it returns a response whose status is not retryable.
+    """Run `call` until it returns a response whose status is not retryable, or one that `final`
+    says is the server's verdict despite its status (an API that answers a failed task with a 500).
 
     Raises RetriesExhausted when every attempt hit a retryable status or error.
     `on_retry(attempt, why)` lets a stage count retries in its report.
@@ -117,7 +119,7 @@ def with_retries(
         except RETRY_EXCEPTIONS as err:
             last, status, retry_after = f"{type(err).__name__}: {err}", None, None
         else:
-            if response.status_code not in RETRY_STATUSES:
+            if response.status_code not in RETRY_STATUSES or (final is not None and final(response)):
                 return response
             last, status = f"HTTP {response.status_code}", response.status_code
             retry_after = response.headers.get("Retry-After")

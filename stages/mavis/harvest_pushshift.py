@@ -15,7 +15,7 @@ under a kept post (`link_id` = `t3_<post id>`).
 
 Every record is checked at the boundary, field by field: a comment in full before its rules, a
 post once its id and subreddit pass (a duplicate or out-of-scope post is not checked further,
-which keeps monthly dumps, mostly other subreddits, cheap). The checks live in
+which keeps monthly dumps, mostly other subreddits, cheap; see Speed). The checks live in
 stages/core/reddit_records.py, shared with the live API harvest (harvest_reddit_live). Types accepted:
 - `id`, `subreddit`, `link_id`: a non-empty string (absent or empty: missing_field);
 - `title`, `selftext`, `url`, `permalink`, `body`, `parent_id`, `author`, gallery keys: a string or null;
@@ -31,12 +31,19 @@ A bad_field_type detail names the field, the value and its type. A whole-input p
 that is not zstd, an empty or corrupt one) fails the stage with one line naming the file; a file
 that ends mid-frame is one truncated_frame reject after its readable lines.
 
-Speed: records are parsed one line at a time (orjson) but everything after is batched: a
-decompressed chunk's lines are counted at once, the cheapest rules run first, kept rows are
-tuples gathered per shard and written as Arrow batches of the shard writer's batch size (so the
-Parquet files are the same, byte for byte, as row-by-row writes). The checks raise `Reject`; the
-line loop records it (and the comment rules call `ctx.reject` directly) instead of opening a
-`ctx.item` scope per record, which costs more than parsing the line.
+Speed: a monthly dump is mostly other subreddits, so a post's subreddit is first read from the
+line's bytes: a line that is one JSON object holding `"subreddit":"<name>"` and `"id":"<id>"` once
+each, without escapes, and naming an unconfigured subreddit, is a subreddit_not_configured reject
+without a parse (a post with an id already kept still goes to the duplicate rule). Any other line
+is parsed (orjson) and judged in full, so a malformed in-scope record is still named by its
+defect; a malformed record that plainly names an unconfigured subreddit is rejected as out of
+scope. Everything after the parse is batched per decompressed chunk: lines are counted at once,
+the cheapest rules run first, rejects are gathered and written as one Arrow batch
+(`ctx.reject_many`), kept rows are tuples gathered per shard and written as Arrow batches of the
+shard writer's batch size (so the Parquet files are the same, byte for byte, as row-by-row
+writes). The checks raise `Reject` and the line loop records it, instead of opening a `ctx.item`
+scope per record, which costs more than parsing the line. The cyclic garbage collector is off
+while reading (parsed records hold no cycles).
 
 Outputs, one file per shard (stable hash of the post id, comments sharded with their post):
 `posts` (reddit_posts) and `comments` (reddit_comments).
@@ -48,6 +55,7 @@ post_not_kept, truncated_frame.
 """
 from __future__ import annotations
 
+import gc
 import os
 import re
 from pathlib import Path
@@ -142,14 +150,24 @@ class _ShardRows:
         """Write every full batch (and, when `final`, what is left)."""
         size = self.batch_rows
         for shard, rows in enumerate(self.rows):
-            if len(rows) < size and not (final and rows):
-                continue
-            keep = len(rows) % size if not final else 0
-            for start in range(0, len(rows) - keep, size):
-                batch = rows[start : start + size]
-                columns = [pa.array(values, type=field.type) for values, field in zip(zip(*batch), self.schema)]
-                self.writers[shard].write_many(pa.Table.from_arrays(columns, schema=self.schema))
-            self.rows[shard] = rows[len(rows) - keep :]
+            done = len(rows) if final else len(rows) - len(rows) % size
+            for start in range(0, done, size):
+                columns = zip(*rows[start : start + size])
+                arrays = [pa.array(values, type=field.type) for values, field in zip(columns, self.schema)]
+                self.writers[shard].write_many(pa.Table.from_arrays(arrays, schema=self.schema))
+            if done:
+                del rows[:done]
+
+
+def _plain_value(line: bytes, key: bytes) -> bytes | None:
+    """The value of `key` (b'"name":"') when the line is one JSON object holding it once, as a
+    string without escapes; None when the bytes alone cannot tell (then the line is parsed)."""
+    start = line.find(key) + len(key)
+    if start < len(key) or line.find(key, start) >= 0 or line[:1] != b"{" or line[-1:] != b"}":
+        return None
+    end = line.find(b'"', start)
+    value = line[start:end]
+    return value if end > start and b"\\" not in value else None
 
 
 class _Harvest:
@@ -161,12 +179,43 @@ class _Harvest:
         self.subreddit_domain = {sub.lower(): domain for domain, subs in params["domains"].items() for sub in subs}
         self.extensions = tuple(e.lower() for e in params["image_extensions"])
         self.include_nsfw = params["include_nsfw"]
+        self.configured = {sub.encode() for sub in self.subreddit_domain}
         self.shards = len(ctx.output_paths("posts"))
         self.posts = _ShardRows(ctx, "posts", self.shards)
         self.comments = _ShardRows(ctx, "comments", self.shards)
         self.kept_posts: dict[str, int] = {}  # post id -> shard
         self.seen_comments: set[str] = set()
         self.item: str | None = None  # id of the post being judged, once it is known
+        self.reject_ids: list[str] = []  # this chunk's rejects, written together by `flush`
+        self.reject_reasons: list[str] = []
+        self.reject_details: list[str] = []
+
+    def reject(self, item_id: str, reason: str, detail: str) -> None:
+        self.reject_ids.append(item_id)
+        self.reject_reasons.append(reason)
+        self.reject_details.append(detail)
+
+    def flush(self) -> None:
+        self.ctx.reject_many(self.reject_ids, self.reject_reasons, self.reject_details)
+        self.reject_ids, self.reject_reasons, self.reject_details = [], [], []
+        self.posts.flush()
+        self.comments.flush()
+
+    def out_of_scope(self, line: bytes) -> tuple[str, str] | None:
+        """(post id, subreddit) of a post line whose subreddit is plainly not configured, read from
+        the bytes without parsing the line (most of a monthly dump). None when unsure: the line is
+        parsed and judged in full."""
+        subreddit = _plain_value(line, b'"subreddit":"')
+        post_id = subreddit and _plain_value(line, b'"id":"')
+        if not post_id:
+            return None
+        try:
+            post_id, subreddit = post_id.decode(), subreddit.decode()
+        except UnicodeDecodeError:
+            return None  # the parse says bad_json
+        if subreddit.lower() in self.subreddit_domain or post_id in self.kept_posts:  # a repeat is a duplicate first
+            return None
+        return post_id, subreddit
 
     def submission(self, post) -> None:
         """Keep one post or raise Reject. Its subreddit decides first; the other fields are
@@ -193,9 +242,17 @@ class _Harvest:
                                        created, score, comments, over_18, permalink))
 
     def read_submissions(self, lines: list[bytes], name: str, line_no: int) -> None:
-        loads, reject = orjson.loads, self.ctx.reject
+        loads, reject, out_of_scope, configured = orjson.loads, self.reject, self.out_of_scope, self.configured
         for line in lines:
             line_no += 1
+            # a first look at the bytes costs a fraction of a parse: only a post that looks out of
+            # scope gets the careful byte check, and only a plainly out-of-scope one skips the parse
+            at = line.find(b'"subreddit":"') + 13
+            if at >= 13 and line[at : line.find(b'"', at)].lower() not in configured:
+                scope = out_of_scope(line)
+                if scope is not None:
+                    reject("reddit:" + scope[0], "subreddit_not_configured", scope[1])
+                    continue
             self.item = None
             try:
                 self.submission(loads(line))
@@ -207,7 +264,7 @@ class _Harvest:
     def read_comments(self, lines: list[bytes], name: str, line_no: int) -> None:
         """The comment rules, inline: this loop runs once per comment, the bulk of a dump. A
         comment whose fields all have their plain types skips `comment_fields` (same values)."""
-        loads, reject, fast, checked = orjson.loads, self.ctx.reject, comment_fields_fast, comment_fields
+        loads, reject, fast, checked = orjson.loads, self.reject, comment_fields_fast, comment_fields
         seen, kept, rows = self.seen_comments, self.kept_posts, self.comments.rows
         for line in lines:
             line_no += 1
@@ -235,7 +292,7 @@ class _Harvest:
             if not parent_id.startswith("t3_"):
                 reject("reddit:" + comment_id, "not_top_level", parent_id)
                 continue
-            post_id = link_id.removeprefix("t3_")
+            post_id = link_id[3:] if link_id.startswith("t3_") else link_id
             shard = kept.get(post_id)
             if shard is None:
                 reject("reddit:" + comment_id, "post_not_kept", link_id)
@@ -254,11 +311,11 @@ class _Harvest:
                 ctx.add_input(len(lines))
                 judge(lines, name, line_no)
                 line_no += len(lines)
-                self.posts.flush()
-                self.comments.flush()
+                self.flush()
         except TruncatedFrame as err:
             ctx.add_input()
-            ctx.reject(f"{name}:{line_no + 1}", "truncated_frame", str(err))
+            self.reject(f"{name}:{line_no + 1}", "truncated_frame", str(err))
+            self.flush()
         except zstandard.ZstdError as err:
             raise StageError(f"{path}: not a readable zstd file ({err})") from None
 
@@ -272,11 +329,20 @@ def run(ctx):
     ordered = [p for p in files if kinds[p] == "submissions"] + [p for p in files if kinds[p] == "comments"]
     harvest = _Harvest(ctx)
     total = sum(os.path.getsize(p) for p in ordered)
-    with tqdm(total=total, unit="B", unit_scale=True, desc="harvest_pushshift", mininterval=2) as bar:
-        for path in ordered:
-            harvest.read(path, bar)
-    harvest.posts.flush(final=True)
-    harvest.comments.flush(final=True)
+    # Each line allocates a parsed dict that holds no cycle; the kept rows pile up. The cyclic
+    # collector's passes over that growing heap cost a third of the reading, and free nothing.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with tqdm(total=total, unit="B", unit_scale=True, desc="harvest_pushshift", mininterval=2) as bar:
+            for path in ordered:
+                harvest.read(path, bar)
+        harvest.flush()
+        harvest.posts.flush(final=True)
+        harvest.comments.flush(final=True)
+    finally:
+        if collecting:
+            gc.enable()
     ctx.stats["kept_posts"] = len(harvest.kept_posts)
 
 

@@ -90,7 +90,7 @@ STAGE = Stage(
         "server_url": Param(str, "", "a running mineru-api to use; empty = start one on 127.0.0.1"),
         "mineru_home": Param(str, "data/cache/mineru", "MINERU_HOME of the started server (config, model files)"),
         "startup_timeout_s": Param(float, 120.0, "how long to wait for the server's /v1/health", above=0),
-        "parse_timeout_s": Param(float, 600.0, "how long one PDF may take", above=0),
+        "parse_timeout_s": Param(float, 600.0, "how long one PDF may take per try (+30 s for the upload and the answer; a busy or failing server is tried 3 times)", above=0),
         "pdf_store": Param(str, "data/cache/pdfs", "content-addressed PDF store root (harvest_openreview)"),
         "image_store": Param(str, "data/cache/images", "image store root for figure and table crops"),
     },

@@ -1,0 +1,42 @@
+"""build_text_index: shards built by separate jobs, empty documents rejected, an index reused across
+runs (and rebuilt when a setting changes), and the dense (all-MiniLM-L6-v2 + FAISS) option."""
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+
+from stages.core.text_index import ShardIndex
+from text_index_fixtures import build, corpus, write_corpus
+
+
+def test_shards_are_built_by_separate_jobs_and_reused(tmp_path):
+    docs_a, docs_b = corpus(120, 2), corpus(120, 3)
+    docs_a[5] = ("d2-5", "   ")  # an empty document: rejected, and rejected again on reuse
+    files = [tmp_path / "part-0.jsonl.gz", tmp_path / "part-1.jsonl.gz"]
+    write_corpus(files[0], docs_a)
+    write_corpus(files[1], docs_b)
+    store = tmp_path / "store"
+    manifests = [build(files, tmp_path / f"index.{s}.parquet", s, 2, store) for s in range(2)]
+    assert [m["documents"] for m in manifests] == [120, 120] and not any(m["reused"] for m in manifests)
+    rejected = pq.read_table(tmp_path / "index.0.parquet.rejects.parquet").to_pylist() + pq.read_table(tmp_path / "index.1.parquet.rejects.parquet").to_pylist()
+    assert [(r["id"], r["reason"]) for r in rejected] == [("t:d2-5", "empty_text")]
+
+    again = [build(files, tmp_path / f"again.{s}.parquet", s, 2, store) for s in range(2)]
+    assert all(m["reused"] for m in again) and [m["key"] for m in again] == [m["key"] for m in manifests]
+    assert [r["id"] for r in pq.read_table(tmp_path / "again.0.parquet.rejects.parquet").to_pylist()] == ["t:d2-5"]
+    changed = build(files, tmp_path / "other.0.parquet", 0, 2, store, k1=0.9)
+    assert not changed["reused"] and changed["key"] != manifests[0]["key"]
+
+
+def test_dense_option_finds_the_passage_about_the_query(tmp_path):
+    docs = [("sky", "The sky looks blue because air scatters short blue wavelengths of sunlight more than red ones."),
+            ("bread", "Sourdough bread rises because wild yeast ferments the flour and releases carbon dioxide gas."),
+            ("battery", "A lithium-ion battery stores energy by moving lithium ions into the graphite anode when charging."),
+            ("volcano", "A volcano erupts when gas dissolved in magma expands and the pressure breaks the rock above.")]
+    files = [tmp_path / "dense.jsonl.gz"]
+    write_corpus(files[0], docs)
+    manifest = build(files, tmp_path / "dense.parquet", 0, 1, tmp_path / "store", method="dense")
+    assert manifest["method"] == "dense" and manifest["passages"] == 4
+    index = ShardIndex(manifest["path"])
+    hits = index.search(["What makes a loaf of bread get bigger?", "Why does a mountain explode with lava?"], 2)
+    assert [index.passages([h[0][1]])[0]["doc_id"] for h in hits] == ["t:bread", "t:volcano"]
+    assert all(0 < h[0][0] <= 1.0001 and h[0][0] > h[1][0] for h in hits)  # cosine similarity, best first

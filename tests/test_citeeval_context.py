@@ -1,0 +1,54 @@
+"""citeeval_context (CiteEval-Auto context attribution, seed Table 10) through the real model client
+(openai backend) against a local OpenAI-compatible server that answers by rule
+(tests/citeeval_judge.py): the judge's <category> tags parsed, a cited statement is retrieval
+without a call, missing or malformed tags invalid -> retried -> rejected with the raw text."""
+from __future__ import annotations
+
+import json
+import re
+
+import pyarrow.parquet as pq
+import pytest
+
+from citeeval_judge import RuleJudge, prepared_tables
+from conftest import run_stage
+from stages.citeeval.citeeval_context import parse_categories
+
+
+@pytest.fixture
+def judge():
+    server = RuleJudge()
+    yield server
+    server.close()
+
+
+def test_context_through_the_client(judge, tmp_path):
+    base = prepared_tables(tmp_path)
+    params = json.dumps({"judge": "rule", "llm": judge.llm(tmp_path)})
+    run_stage("citeeval_context", *base, "--output", f"contexts={tmp_path / 'contexts.parquet'}", "--params", params)
+    contexts = {r["id"]: r for r in pq.read_table(tmp_path / "contexts.parquet").to_pylist()}
+    assert {k: (v["context"], v["rule"]) for k, v in contexts.items()} == {
+        "ok/1": (1, "model"), "ok/2": (2, "cited"), "ok/3": (2, "model"), "bad/2": (2, "cited"), "flaky/1": (2, "cited")}
+    assert not contexts["ok/1"]["applicable"] and contexts["ok/2"]["model_context"] == 2
+    rejects = pq.read_table(tmp_path / "contexts.parquet.rejects.parquet").to_pylist()
+    assert [(r["id"], r["reason"]) for r in rejects] == [("bad/1", "invalid_answer")]
+    assert "no <category" in rejects[0]["detail"] and "The citations look fine." in rejects[0]["detail"]
+    context_calls = [p for p in judge.requests if "<categories>" in p]
+    assert sum("MALFORMED" in p for p in context_calls) == 3 and len(context_calls) == 4  # flaky: all cited, no call
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('<category sentence_id="1"> 2 </category>', "sentence(s) [2]"),
+    ('<category sentence_id="1"> 2 </category><category sentence_id="2"> 7 </category>', "not 1-4"),
+    ('<category sentence_id="1"> 2 </category><category sentence_id="2"> 3 </category><category sentence_id="2">4</category>', "two categories"),
+    ('<category sentence_id="1"> 2 <category sentence_id="2"> 3 </category>', "not 1-4"),
+    ("1. Query\n2. Retrieval", "sentence(s) [1, 2]"),
+])
+def test_malformed_categories(text, problem):
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        parse_categories(text, 2)
+
+
+def test_categories_parse():
+    text = '<thinking>x</thinking>\n<category sentence_id="1"> 2 (Retrieval) </category>\n<category sentence_id="2">4</category>'
+    assert parse_categories(text, 2) == {1: 2, 2: 4}

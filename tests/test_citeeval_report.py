@@ -1,0 +1,74 @@
+"""citeeval_report on the real citeeval_score outputs of two models (hand-made judge tables): the
+Table 4 layout per model, coverage from the judge stages' report sidecars, every input row in the
+DuckDB file, and the meta-evaluation section only when human ratings were given."""
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pyarrow.parquet as pq
+
+from conftest import run_stage
+from stages.core.citeeval import PUBLIC_COEFFICIENTS as C
+from stages.core.tables import write_table
+
+ACTIONS = ("keep", "delete_misleading", "delete_substandard", "delete_redundant", "add_evidence", "add_refinement", "add_credibility")
+
+
+def scored(tmp_path, model: str, ratings: list[int]) -> dict[str, str]:
+    """citeeval_score's four tables for one model: one response per rating, one cited statement
+    (rated `rating`, left alone: EDITDIST = d(KEEP) + b) and one uncited model-knowledge statement."""
+    folder = tmp_path / model
+    folder.mkdir()
+    prepared, statements, contexts, itercoe, distances = [], [], [], [], []
+    for n, rating in enumerate(ratings):
+        rid = f"{model}-r{n}"
+        prepared.append({"id": rid, "model": model, "source": "test", "query": "q", "passages": [], "mode": "text", "prediction": "p",
+                         "thinking_dropped": False, "unanswerable": False, "n_statements": 2, "dropped_citations": []})
+        for i, (citations, context) in enumerate([([1], 2), ([], 4)], start=1):
+            ids = {"id": f"{rid}/{i}", "response_id": rid, "model": model, "sentence_id": i}
+            statements.append({**ids, "sentence": "s", "citations": citations, "dropped": [], "unanswerable": False})
+            contexts.append({**ids, "context": context, "model_context": context, "rule": "model", "applicable": context == 2, "judge": "j"})
+        ids = {"id": f"{rid}/1", "response_id": rid, "model": model, "sentence_id": 1}
+        itercoe.append({**ids, "rating": rating, "itercoe": (rating - 1) / 4, "edits": [], "judge": "j"})
+        distances.append({**ids, **dict.fromkeys(ACTIONS, 0), "keep": 1, "n_actions": 1, "ignored_edits": 0,
+                          "editdist": C["keep"] + C["intercept"], "editdist_reference": 1.0})
+    inputs = {}
+    for name, rows, table in [("prepared", prepared, "citeeval_prepared"), ("statements", statements, "citeeval_statements"),
+                              ("contexts", contexts, "citeeval_contexts"), ("ratings", itercoe, "citeeval_itercoe"),
+                              ("distances", distances, "citeeval_editdist")]:
+        write_table(folder / f"{name}.parquet", rows, table)
+        inputs[name] = str(folder / f"{name}.parquet")
+    # the ITERCOE stage's sidecar: one statement of this model failed after 3 calls
+    (folder / "ratings.parquet.report.json").write_text(json.dumps({"rejected": 1, "stats": {"llm_calls": len(ratings) + 2}}))
+    outs = {n: str(folder / f"score_{n}.parquet") for n in ("responses", "statements", "summary", "meta")}
+    run_stage("citeeval_score", *[x for n in ("statements", "contexts", "ratings", "distances") for x in ("--input", f"{n}={inputs[n]}")],
+              "--input", f"responses={inputs['prepared']}", *[x for n, p in outs.items() for x in ("--output", f"{n}={p}")])
+    return {**outs, "contexts": inputs["contexts"], "ratings": inputs["ratings"], "distances": inputs["distances"]}
+
+
+def test_report_per_model_with_coverage_and_every_row_in_duckdb(tmp_path):
+    models = {"alpha": scored(tmp_path, "alpha", [5, 3]), "beta": scored(tmp_path, "beta", [1])}
+    args = [x for files in models.values() for name, path in files.items() for x in ("--input", f"{name}={path}")]
+    report, db = tmp_path / "report.md", tmp_path / "citeeval.duckdb"
+    run_stage("citeeval_report", *args, "--output", f"report={report}", "--output", f"db={db}", "--params", '{"title": "CiteEval on demo"}')
+    text = report.read_text()
+    assert text.startswith("# CiteEval on demo\n")
+
+    def auto(model: str, scenario: str) -> float:
+        rows = pq.read_table(models[model]["summary"]).to_pylist()
+        return next(r["value"] for r in rows if (r["scenario"], r["mode"], r["metric"]) == (scenario, "strict", "citeeval_auto"))
+
+    # Full and Cited agree here (the uncited statement is model knowledge): per statement (ITERCOE + EDITDIST) / 2
+    for model, ratings in (("alpha", [5, 3]), ("beta", [1])):
+        expected = sum(((r - 1) / 4 + C["keep"] + C["intercept"]) / 2 for r in ratings) / len(ratings)
+        assert abs(auto(model, "full") - expected) < 1e-9
+        strict = text.split("## CiteEval-Auto, strict")[1].split("##")[0]
+        assert f"| {model} | {auto(model, 'full'):.3f} | {auto(model, 'cited'):.3f} | 2.000 | 0.500 |" in strict, strict
+    coverage = text.split("## Coverage")[1].split("##")[0]
+    assert "| alpha | 2 | 4 | – | 1 | 4 |" in coverage and "| beta | 1 | 2 | – | 1 | 3 |" in coverage, coverage
+    assert "Meta-evaluation" not in text  # no human ratings given
+    con = duckdb.connect(str(db), read_only=True)
+    for name in ("responses", "statements", "summary", "meta", "contexts", "ratings", "distances"):
+        expected = sum(pq.read_metadata(files[name]).num_rows for files in models.values())
+        assert con.execute(f"select count(*) from {name}").fetchone()[0] == expected, name
