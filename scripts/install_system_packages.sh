@@ -19,4 +19,4 @@ if [ -z "$missing" ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends $missing
+apt-get install -y -qq $missing
