@@ -8,6 +8,9 @@ file, the line and the item.
 - quality_control exports `review_sheet.csv` (decision keep | reject), release_mcitebench reads it;
 - pair_evidence exports `pairing_sheet.csv` (elements: element ids to use instead of the parser's
   proposal) and reads the edited copy itself, so distractors and quality control see the pairs.
+
+`SHEET_KINDS` says, per kind of sheet, which columns name an item and what keep and reject write,
+so the review page (stages/core/review_app.py) writes the same file a person would edit by hand.
 """
 from __future__ import annotations
 
