@@ -2,6 +2,7 @@
 #   snakemake --cores 2 release      build every enabled family's release (default target)
 #   snakemake --cores 2 catalog      data/runs/<run>/catalog.duckdb over every stage output
 #   snakemake --cores 2 evaluate     run the configured models on the releases and score them
+#   snakemake --cores 2 report && snakemake report --report report.html   Snakemake's HTML report
 import os
 import sys
 
@@ -23,6 +24,7 @@ include: "rules/openreview.smk"
 include: "rules/mcitebench.smk"
 include: "rules/eval_mcitebench.smk"
 include: "rules/citeeval.smk"
+include: "rules/report.smk"
 
 
 rule release:
@@ -40,6 +42,13 @@ rule catalog:
 rule evaluate:
     input:
         lambda w: EVALUATIONS,
+
+
+rule report:  # then `snakemake report --report report.html` (add `evaluate` to both for the evaluations)
+    input:
+        lambda w: RELEASES,
+        CATALOG_FILE,
+        lambda w: REPORTS,
 
 
 onsuccess:

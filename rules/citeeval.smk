@@ -206,7 +206,9 @@ if CE.get("enabled", False):
             unpack(_report_input),
             stage=stage_code("citeeval_report"),
         output:
-            report=f"{RUNDIR}/{{where}}/citeeval_report/report.md",
+            # grouped in the HTML report under the family whose responses it scores
+            report=report(f"{RUNDIR}/{{where}}/citeeval_report/report.md", subcategory="CiteEval-Auto",
+                          category=lambda w: "mcitebench" if w.where == "eval_mcitebench" else "citeeval"),
             db=f"{RUNDIR}/{{where}}/citeeval_report/citeeval.duckdb",
         wildcard_constraints:
             where=r"eval_mcitebench|citeeval",

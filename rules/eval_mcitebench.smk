@@ -271,9 +271,9 @@ if EV.get("enabled", False):
             swap_summary=expand(rules.score_mcitebench_swap.output.summary, m=_M) if _SWAP else [],
             agreement=rules.validate_judge.output.agreement if EV.get("human_labels") else [],
         output:
-            report=f"{RUNDIR}/eval_mcitebench/report_mcitebench/report.md",
-            plot=f"{RUNDIR}/eval_mcitebench/report_mcitebench/sem_by_modality.png",
-            rq2_plot=f"{RUNDIR}/eval_mcitebench/report_mcitebench/sem_by_modality_pair.png",
+            report=report(f"{RUNDIR}/eval_mcitebench/report_mcitebench/report.md", category="mcitebench", subcategory="evaluation"),
+            plot=report(f"{RUNDIR}/eval_mcitebench/report_mcitebench/sem_by_modality.png", category="mcitebench", subcategory="evaluation"),
+            rq2_plot=report(f"{RUNDIR}/eval_mcitebench/report_mcitebench/sem_by_modality_pair.png", category="mcitebench", subcategory="evaluation"),
             db=f"{RUNDIR}/eval_mcitebench/report_mcitebench/evaluation.duckdb",
         params:
             io=stage_io,

@@ -22,6 +22,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .dataset_card import citation_section, front_matter
 from .errors import StageError
 from .tables import atomic_write_bytes, sweep_stale_temps
 
@@ -171,14 +172,16 @@ def publish_release(
     question or query) as the manifest's rows and check the count invariant before anything is
     published; version the release by its stage's input files and params (not `releases_dir`,
     which says where, not what); write it and the manifest. `make_card(name, version)` returns the
-    dataset card."""
+    dataset card's body; the YAML front matter `datasets` reads and the citation are added here
+    (stages/core/dataset_card.py), so every family's release loads with `datasets.load_dataset`."""
     ctx.count_output("manifest", next(iter(tables.values())).num_rows)
     ctx.check_invariant()
     inputs = [path for name in ctx.stage.inputs for path in ctx.input_paths(name)]
     params = {k: v for k, v in ctx.params.items() if k != "releases_dir"} | {"stage_version": ctx.stage.version}
     name = ctx.params["name"]
     version = release_version(inputs, params)
-    folder = write_release(ctx.params["releases_dir"], name, version, tables, make_card(name, version), extra)
+    card = front_matter(name, tables) + make_card(name, version).rstrip("\n") + citation_section(ctx.stage.name, tables)
+    folder = write_release(ctx.params["releases_dir"], name, version, tables, card, extra)
     write_manifest(ctx.output_path("manifest"), name, version, folder, tables)
     return folder
 

@@ -8,12 +8,16 @@ file, the line and the item.
 - quality_control exports `review_sheet.csv` (decision keep | reject), release_mcitebench reads it;
 - pair_evidence exports `pairing_sheet.csv` (elements: element ids to use instead of the parser's
   proposal) and reads the edited copy itself, so distractors and quality control see the pairs.
+
+`SHEET_KINDS` says, per kind of sheet, which columns name an item and what keep and reject write,
+so the review page (stages/core/review_app.py) writes the same file a person would edit by hand.
 """
 from __future__ import annotations
 
 import csv
 import io
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Callable
 
 from .stage import StageError
@@ -49,3 +53,46 @@ def read_sheet(path: str | Path, key: str, required: list[str], check: Callable[
                 raise StageError(f"review sheet {path}, line {line} ({row[key]}): {problem}")
             rows.append({**row, "line": line})
     return rows
+
+
+# --- the review page (stages/core/review_app.py) -------------------------------------------------
+# Each kind of sheet says how one of its rows is decided, so the page writes exactly what a person
+# would type into the CSV: the page and the CSV are interchangeable.
+@dataclass(frozen=True)
+class SheetKind:
+    name: str
+    key: tuple[str, ...]  # the columns naming one item
+    column: str  # the column a decision fills; empty = not decided yet
+    keep: str | None  # the value "keep" writes; None: the value typed on the page (prefilled from `proposal`)
+    reject: str  # the value "reject" writes
+    show: tuple[str, ...]  # the columns shown, in order
+    proposal: str | None = None  # the column prefilling the typed value
+    # DuckDB SQL over the run's catalog giving (label, image_sha256) of the item's images, with
+    # $question_id and $elements (element ids named in the row) bound
+    images: str | None = None
+    note: str = "note"
+
+
+_MC_IMAGES = """
+    select coalesce(nullif(el.label, ''), x.key), el.image_sha256 from (
+        select element_id, key, rank from mcitebench.evidence where question_id = $question_id
+        union all select element_id, 'distractor', 100 + rank from mcitebench.distractors where question_id = $question_id
+        union all select unnest($elements), 'element', 200) x
+    join mcitebench.elements el on el.id = x.element_id where el.image_sha256 is not null order by x.rank"""
+
+SHEET_KINDS = [
+    SheetKind("quality control (MCiteBench §3.5)", key=("question_id",), column="decision", keep="keep", reject="reject",
+              show=("question_type", "paper_id", "question", "answer", "options", "gold", "evidence", "distractors",
+                    "relevance", "clarity", "evidence_alignment", "judge_reason"), images=_MC_IMAGES),
+    SheetKind("evidence pairing (MCiteBench §3.4)", key=("question_id", "reference"), column="elements", keep=None, reject="none",
+              show=("question_type", "paper_id", "question", "answer", "reference", "proposed", "proposed_evidence", "problem"),
+              proposal="proposed", images=_MC_IMAGES),
+]
+
+
+def sheet_kind(columns: list[str]) -> SheetKind:
+    """The kind of a sheet, from its header; fails naming the columns when none fits."""
+    for kind in SHEET_KINDS:
+        if {*kind.key, kind.column, kind.note} <= set(columns):
+            return kind
+    raise StageError(f"no review sheet kind has the columns {columns} (kinds: {[k.name for k in SHEET_KINDS]})")
