@@ -48,9 +48,7 @@ NOTES = {
 
 
 def fmt(value, missing: int = 0) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:.2f}" + (f" ({missing} missing)" if missing else "")
+    return ("n/a" if value is None else f"{value:.2f}") + (f" ({missing} missing)" if missing else "")
 
 
 def run(ctx):
