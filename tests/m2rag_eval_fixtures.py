@@ -20,7 +20,7 @@ def png(color: tuple[int, int, int], size: int = 40) -> bytes:
     return buf.getvalue()
 
 
-def make_m2rag_release(folder: Path, aux: bool = True, captions: bool = True, queries: int = 1, manifest: bool = True) -> Path:
+def make_m2rag_release(folder: Path, aux: bool = True, captions: bool = True, queries: int = 1, pages: int = 2, manifest: bool = True) -> Path:
     (folder / "parquet").mkdir(parents=True, exist_ok=True)
     (folder / "images").mkdir(exist_ok=True)
     qrows, prows, erows, irows, arows = [], [], [], [], []
@@ -28,7 +28,7 @@ def make_m2rag_release(folder: Path, aux: bool = True, captions: bool = True, qu
         qid = f"eli5:q{q}"
         qrows.append({"id": qid, "question": "Why is the sky blue?" if q == 0 else "How do bees make honey?",
                       "categories": [2], "category_names": ["Science & Mathematics"], "sample_category": 2})
-        for rank in (1, 2):
+        for rank in range(1, pages + 1):
             pid = f"page:{q}.{rank}"
             prows.append({"id": pid, "query_id": qid, "rank": rank, "url": f"https://example.org/{q}/{rank}", "final_url": f"https://example.org/{q}/{rank}",
                           "title": f"Page {rank} about the sky", "chars": 300, "images": 1})
