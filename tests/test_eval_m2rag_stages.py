@@ -26,6 +26,12 @@ ANSWER = ("Blue light is scattered most by the air.\n\n![scattering diagram](ima
 
 def rule(text: str, has_image: bool) -> str:
     """The scripted answer to one rendered prompt (and whether an image came with it)."""
+    if "# Answer segments" in text:  # multi-stage step 2
+        return json.dumps({"placements": [{"segment": 2, "images": [3]}]})
+    if "Rewrite the segment" in text:  # step 3
+        return "Shorter wavelengths scatter more, as the photo below shows."
+    if text.startswith("# Question") and text.endswith("Write the answer to the question."):  # step 1: text only
+        return "Blue light is scattered most.\n\nShorter wavelengths scatter more.\n\nSo the sky looks blue."
     if text.startswith("# Question"):
         return ANSWER
     if "Rate the fluency" in text:
@@ -140,3 +146,20 @@ def test_generate_judge_report_with_images(tmp_path, server):
     assert ref["relevance"] == pytest.approx(1.1)  # the public parser: last integer of the raw text, 11
     text = report.read_text()
     assert "strict scoring" in text and "reference scoring" in text and "(1 missing)" in text
+
+
+def test_multi_stage_places_and_refines(tmp_path, server):
+    url, seen = server
+    release = make_m2rag_release(tmp_path / "rel")
+    llm = {"backend": "openai", "model": "scripted", "openai": {"base_url": url, "concurrency": 1},
+           "cache": {"path": str(tmp_path / "llm.sqlite"), "mode": "use"}, "image_store": str(tmp_path / "store")}
+    responses = tmp_path / "responses.parquet"
+    run_stage("m2rag_generate", "--input", f"release={release}", "--output", f"responses={responses}",
+              "--params", json.dumps({"model": "scripted", "approach": "multi_stage", "llm": llm}))
+    [row] = pq.read_table(responses).to_pylist()
+    assert row["response"] == ("Blue light is scattered most.\n\nShorter wavelengths scatter more, as the photo below shows.\n\n"
+                               "![A photo of a clear blue sky at noon](image_3)\n\nSo the sky looks blue.")
+    assert [o["n"] for o in row["output_images"]] == [3] and json.loads(row["placements_json"]) == {"2": [3]}
+    assert (row["calls"], row["prompt_tokens"], row["completion_tokens"]) == (3, 300, 30)  # text, interleave, one refinement
+    refine_call = seen[-1]["messages"][-1]["content"]
+    assert [p["type"] for p in refine_call].count("image_url") == 1  # the chosen image, shown to the vision model

@@ -88,37 +88,31 @@ class Generation:
         return answer.value
 
 
+def image_view(image: dict, vision: bool, attach: list[str]) -> dict:
+    """How one input image appears in a prompt: its placeholder and caption, and its slot when the
+    model sees it (its thumbnail is then appended to `attach`, in slot order)."""
+    slot = vision and image["shown"] == "image"
+    if slot:
+        attach.append(image["thumb_sha256"])
+    return {"n": image["n"], "placeholder": placeholder(image["n"], image["caption"]), "caption": image["caption"] or "(no caption)",
+            "slot": IMAGE_SLOT if slot else ""}
+
+
 def views(pages: list[dict], images: list[dict], vision: bool, with_images: bool = True) -> tuple[dict, list[str]]:
     """Prompt variables for the selected input and the image hashes to attach, in slot order."""
     attach: list[str] = []
-
-    def shown(n: int) -> dict:
-        image = images[n - 1]
-        slot = vision and image["shown"] == "image"
-        if slot:
-            attach.append(image["thumb_sha256"])
-        return {"n": n, "placeholder": placeholder(n, image["caption"]), "caption": image["caption"] or "(no caption)",
-                "slot": IMAGE_SLOT if slot else ""}
-
     page_views = []
     for page in pages:
-        blocks = [{"text": b["text"]} if b["text"] is not None else {"image": shown(b["image"])} for b in page["blocks"]
-                  if b["text"] is not None or with_images]
+        blocks = [{"text": b["text"]} if b["text"] is not None else {"image": image_view(images[b["image"] - 1], vision, attach)}
+                  for b in page["blocks"] if b["text"] is not None or with_images]
         page_views.append({"rank": page["rank"], "title": page["title"], "blocks": blocks})
-    aux = [shown(i["n"]) for i in images if i["source"] == "aux"] if with_images else []
+    aux = [image_view(i, vision, attach) for i in images if i["source"] == "aux"] if with_images else []
     return {"pages": page_views, "aux_images": aux}, attach
 
 
 def image_views(images: list[dict], numbers: list[int], vision: bool) -> tuple[list[dict], list[str]]:
-    chosen, attach = [], []
-    for n in numbers:
-        image = images[n - 1]
-        slot = vision and image["shown"] == "image"
-        if slot:
-            attach.append(image["thumb_sha256"])
-        chosen.append({"n": n, "placeholder": placeholder(n, image["caption"]), "caption": image["caption"] or "(no caption)",
-                       "slot": IMAGE_SLOT if slot else ""})
-    return chosen, attach
+    attach: list[str] = []
+    return [image_view(images[n - 1], vision, attach) for n in numbers], attach
 
 
 def refine(gen: Generation, query: str, segments: list[str], placements: dict[int, list[int]], images: list[dict], vision: bool) -> str:
