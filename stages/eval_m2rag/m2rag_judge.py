@@ -4,9 +4,11 @@ Per response:
 - fluency (Figure 17) and relevance (Figure 18): one call each on the answer with its image
   placeholders removed, a 0-10 score;
 - context precision and faithfulness as RAGAS defines them (App. D: the seed used RAGAS with
-  GPT-4o-mini). The `ragas` package is not used: it calls models through its own LangChain /
-  LlamaIndex wrappers, not this project's client and cache, so its two definitions are
-  implemented here on the model layer (stages.core.m2rag_eval holds the arithmetic). Contexts are
+  GPT-4o-mini). The `ragas` package (0.4.3) is not used: it needs LangChain, langchain-openai,
+  instructor and the openai SDK and calls models through its own wrappers, not this project's
+  client (cache, schema checks, the offline embedded model), so its two definitions are
+  implemented here on the model layer (stages.core.m2rag_eval holds the arithmetic, checked
+  against ragas 0.4.3's `_calculate_average_precision` and faithfulness `_compute_score`). Contexts are
   the pages' selected text (one context per page, rank order) and then the captions of the
   answer's images. Context precision: one verdict call per context; faithfulness: one call
   breaking the answer into statements, then one call giving a verdict per statement against all
