@@ -7,8 +7,8 @@ images (seed 10): the best `max_page_images` page images and `max_aux_images` au
 written as markdown placeholders `![caption](image_<n>)` (§3); a model that sees images (`vision`)
 gets each as a `thumbnail`-sized image in its place in the page (auxiliary images in their own
 section, §5.2); a text-only model gets its caption (the release's caption, or its alt text when the
-release has no caption column; `caption_mode` says which). An image without a released file is
-shown by its caption to every model (`shown` per input image).
+release has no caption column; `caption_mode` says which). An image without a released file (or
+one Pillow cannot read) is shown by its caption to every model and judge (`shown` per input image).
 
 Approaches (§5; the seed does not print their prompts, ours are in prompts/m2rag_*.md):
 - single_stage: one prompt, the model writes the answer with placeholders where images belong.
@@ -42,7 +42,7 @@ from stages.core.images import DECODED_FORMATS, ImageStore
 from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.llm.openai import IMAGE_SLOT
 from stages.core.m2rag_eval import Selection, image_file, placeholder, read_release, release_folder, resolve_placeholders, select_inputs
-from stages.core.stage import Input, Output, Param, Reject, Stage
+from stages.core.stage import Input, Output, Param, Reject, Stage, log
 
 VERSION = "1"
 APPROACHES = ("single_stage", "multi_stage", "separate")
@@ -207,10 +207,15 @@ def run(ctx):
                 pages, images = select_inputs(query["id"], tables, sel)
                 if not pages and not images:
                     raise Reject("no_pages", f"no text piece scored >= {sel.min_text_score} and no image scored >= {sel.min_image_score}")
-                for image in images:
+                for image in images:  # thumbnails stored for every model: a vision judge sees them too
                     path = image_file(folder, image["sha256"])
-                    image["shown"] = "image" if path is not None else "caption"
-                    image["thumb_sha256"] = thumbnail(store, path, params["thumbnail"]) if path is not None and vision else ""
+                    try:
+                        image["thumb_sha256"] = thumbnail(store, path, params["thumbnail"]) if path is not None else ""
+                    except (OSError, ValueError, Image.DecompressionBombError) as err:  # a released file Pillow cannot read
+                        ctx.stats["undecodable_images"] += 1
+                        log.warning("image %s: %s", path, err)
+                        image["thumb_sha256"] = ""
+                    image["shown"] = "image" if image["thumb_sha256"] else "caption"
                 row = {"id": content_id("m2rag-resp", params["model"], params["approach"], query["id"]), "model": params["model"],
                        "approach": params["approach"], "query_id": query["id"], "query": query["question"], "vision": vision,
                        "contexts": [{"page_rank": p["rank"], "title": p["title"], "text": "\n\n".join(b["text"] for b in p["blocks"] if b["text"])}
