@@ -11,7 +11,10 @@ def _m2rag_release():
     return EM.get("release") or f"{RUNDIR}/m2rag/release_m2rag/release.json"
 
 
-if EM.get("enabled", False):
+# With no release folder given and the M2RAG family off, this run builds no M2RAG release: there is
+# nothing to evaluate, so the evaluation is left out (a config that turns other families off for
+# their own evaluations keeps working).
+if EM.get("enabled", False) and (EM.get("release") or config.get("m2rag", {}).get("enabled", False)):
     _EM_MODELS = EM["models"]
     _EM_APPROACHES = EM["approaches"]
     _EM_SLOTS = [f"{i:05d}-{a}" for i in range(len(_EM_MODELS)) for a in _EM_APPROACHES]
