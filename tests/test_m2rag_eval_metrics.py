@@ -134,3 +134,15 @@ def test_select_inputs_app_e(tmp_path, aux, captions):
         assert images[0]["caption_mode"] == "model"
     else:  # a release without aux_images and captions: none, and alt text stands in
         assert len(images) == 1 and images[0]["caption"] == "diagram 1 of light scattering" and images[0]["caption_mode"] == "alt"
+
+
+def test_separate_places_images_by_caption_similarity():
+    """MuRAR-style placement (§5.1) with the packaged all-MiniLM-L6-v2: each image after the segment
+    closest to its caption, none below the similarity floor."""
+    from stages.core.text_index import load_encoder
+    from stages.eval_m2rag.m2rag_generate import place_by_similarity
+
+    segments = ["The ocean looks blue because water absorbs red light.", "Bees make honey from the nectar of flowers."]
+    images = [{"n": 1, "caption": "A honey bee collecting nectar on a flower"}, {"n": 2, "caption": "Waves on a deep blue ocean"},
+              {"n": 3, "caption": "Quarterly tax form instructions"}]
+    assert place_by_similarity(load_encoder(), segments, images, min_similarity=0.3) == {2: [1], 1: [2]}
