@@ -24,6 +24,7 @@ include: "rules/openreview.smk"
 include: "rules/mcitebench.smk"
 include: "rules/eval_mcitebench.smk"
 include: "rules/citeeval.smk"
+include: "rules/eval_m2rag.smk"
 include: "rules/report.smk"
 
 

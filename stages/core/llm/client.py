@@ -44,6 +44,8 @@ class LLMAnswer:
     cached: bool = False
     attempts: int = 0
     finish_reason: str | None = None  # "length": the answer was cut at max_tokens
+    prompt_tokens: int = 0  # the backend's count for the last attempt (kept in the cache, so a cached answer has it too)
+    completion_tokens: int = 0
 
     @property
     def detail(self) -> str:
@@ -177,7 +179,7 @@ class LLMClient:
                     except ValueError as err:
                         error = f"malformed: {err}"
                 answer = LLMAnswer(prep.request.id, error is None, value, result.text, error, result.p_yes, cached, attempt + 1,
-                                   result.finish_reason)
+                                   result.finish_reason, result.prompt_tokens, result.completion_tokens)
                 if error and not result.error:
                     self.count("llm_invalid")
                     if attempt + 1 < max_attempts:

@@ -1,7 +1,8 @@
 """The openai backend: any OpenAI-compatible /chat/completions endpoint (hosted, `vllm serve`,
 llama_cpp.server), `concurrency` requests in flight, retries on 429/5xx/timeouts honouring
 Retry-After (stages.core.retry), the key from the environment variable `api_key_env` names. Images
-go as data URLs before the last user message's text; the vllm backend sends the same messages."""
+go as data URLs before the last user message's text, or in place where the text marks their slots
+(IMAGE_SLOT); the vllm backend sends the same messages."""
 from __future__ import annotations
 
 import base64
@@ -25,13 +26,26 @@ def _data_url(sha: str, path: Path) -> str:
     return f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode()}"
 
 
+# A prompt that places its images in the text (M2RAG §5.2: image tokens at their original positions)
+# writes this marker once per attached image, in the order of the request's images.
+IMAGE_SLOT = "<|image|>"
+
+
 def openai_messages(call: Call) -> list[dict]:
-    """Chat messages in the OpenAI shape, images as data URLs before the last user message's text."""
+    """Chat messages in the OpenAI shape, images as data URLs before the last user message's text,
+    or, when that text holds one IMAGE_SLOT per image, each image in its slot."""
     messages = [dict(m) for m in call.messages]
     if call.images:
         last = messages[-1]
-        parts = [{"type": "image_url", "image_url": {"url": _data_url(sha, path)}} for sha, path in call.images]
-        last["content"] = parts + [{"type": "text", "text": last["content"]}]
+        images = [{"type": "image_url", "image_url": {"url": _data_url(sha, path)}} for sha, path in call.images]
+        pieces = last["content"].split(IMAGE_SLOT)
+        if len(pieces) == len(images) + 1:
+            parts = [{"type": "text", "text": pieces[0]}] if pieces[0] else []
+            for image, text in zip(images, pieces[1:]):
+                parts += [image] + ([{"type": "text", "text": text}] if text else [])
+            last["content"] = parts
+        else:
+            last["content"] = images + [{"type": "text", "text": last["content"]}]
     return messages
 
 

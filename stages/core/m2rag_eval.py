@@ -1,0 +1,295 @@
+"""M2RAG evaluation helpers shared by the stages of stages/eval_m2rag (m2rag.txt §3, §5, §6, App. D-E).
+
+- Reading a release: this run's manifest or a released folder (`parquet/` tables, `images/<sha256>.*`).
+  A release without `aux_images` or without `caption` columns on `images` is read as having no
+  auxiliary images and images captioned by their alt text (`caption_mode` "alt").
+- Input selection (App. E): per page the top `text_per_page` pieces by score (at least
+  `min_text_score`), kept in page order; the page images and the auxiliary images scored at least
+  `min_image_score`, the best `max_page_images` and `max_aux_images` of each, `max_images` in all.
+- Placeholders (§3): an image in an answer is `![short caption](image_<n>)`, n the input image's
+  number; anything else (`image_99`, a real url) points to no image and is counted, not judged.
+- Metric arithmetic (§6, App. D): 0-10 judge scores normalised to 0-1; RAGAS context precision
+  and faithfulness; image recall as the Figure 22 judge sees it and as the public code counts it;
+  the strict and reference-compatible aggregations (see `aggregate`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from .errors import StageError
+
+PLACEHOLDER = re.compile(r"!\[([^\]\n]*)\]\(\s*([^)\s]*)\s*\)")
+PSEUDO_URL = re.compile(r"^image_(\d+)$")
+TEXT_METRICS = ("fluency", "relevance", "context_precision", "faithfulness")
+IMAGE_METRICS = ("image_coherence", "image_helpfulness", "image_reference")
+METRICS = (*TEXT_METRICS, *IMAGE_METRICS, "image_recall")
+RAGAS_METRICS = ("context_precision", "faithfulness")
+
+
+# ---------------------------------------------------------------- release
+
+
+def release_folder(path: str) -> Path:
+    """The release folder from a manifest JSON ({"path": folder}) or the folder itself."""
+    given = Path(path)
+    if given.suffix == ".json" and given.is_file():
+        manifest = json.loads(given.read_text())
+        if "path" not in manifest:
+            raise StageError(f"release manifest {given} has no 'path'")
+        given = Path(manifest["path"])
+    if not (given / "parquet").is_dir():
+        raise StageError(f"release: {given} has no parquet/ folder (given {path})")
+    for table in ("queries", "pages", "elements", "images"):
+        if not (given / "parquet" / f"{table}.parquet").is_file():
+            raise StageError(f"release: {given}/parquet/{table}.parquet is missing (an M2RAG release built with pages and elements has it)")
+    return given
+
+
+def read_release(folder: Path) -> dict[str, list[dict]]:
+    """The tables evaluation needs, as rows; absent aux_images / caption columns read as empty / alt text."""
+    tables = {name: pq.read_table(folder / "parquet" / f"{name}.parquet").to_pylist() for name in ("queries", "pages", "elements", "images")}
+    for image in tables["images"]:
+        if not image.get("caption"):
+            image["caption"], image["caption_mode"] = image.get("alt") or "", "alt"
+    aux = folder / "parquet" / "aux_images.parquet"
+    tables["aux_images"] = pq.read_table(aux).to_pylist() if aux.is_file() else []
+    return tables
+
+
+def image_file(folder: Path, sha256: str | None) -> Path | None:
+    """A released image file, `images/<sha256>.<ext>`, or None."""
+    if not sha256:
+        return None
+    found = sorted((folder / "images").glob(f"{sha256}.*"))
+    return found[0] if found else None
+
+
+# ---------------------------------------------------------------- input selection (App. E)
+
+
+@dataclass(frozen=True)
+class Selection:
+    text_per_page: int = 20
+    min_text_score: float = 3
+    min_image_score: float = 3
+    max_page_images: int = 5
+    max_aux_images: int = 5
+    max_images: int = 10
+
+
+def _best(rows: list[dict], k: int, minimum: float) -> list[dict]:
+    kept = [r for r in rows if r.get("score") is not None and r["score"] >= minimum]
+    return sorted(kept, key=lambda r: (-r["score"], r.get("order", 0)))[:k]
+
+
+def select_inputs(query_id: str, tables: dict[str, list[dict]], sel: Selection) -> tuple[list[dict], list[dict]]:
+    """(pages, images) of one query. pages: [{rank, title, url, blocks}] in rank order, blocks the
+    kept text pieces and images in page order ({"text": ...} or {"image": n}); images: the chosen
+    input images numbered 1.. (page images in page order first, then auxiliary ones)."""
+    pages = sorted((p for p in tables["pages"] if p["query_id"] == query_id), key=lambda p: p["rank"])
+    page_ids = {p["id"] for p in pages}
+    rank = {p["id"]: p["rank"] for p in pages}
+    elements = [e for e in tables["elements"] if e["page_id"] in page_ids]
+    page_images = [dict(i, rank=rank[i["page_id"]]) for i in tables["images"] if i["page_id"] in page_ids]
+    aux = [dict(a, order=i) for i, a in enumerate(a for a in tables["aux_images"] if a["query_id"] == query_id)]
+    n_aux = min(sel.max_aux_images, sel.max_images)
+    chosen_aux = _best(aux, n_aux, sel.min_image_score)
+    chosen_page = _best(page_images, min(sel.max_page_images, sel.max_images - len(chosen_aux)), sel.min_image_score)
+    chosen_page.sort(key=lambda i: (i["rank"], i["order"]))
+    images, number = [], {}
+    for img in chosen_page:
+        number[img["element_id"]] = len(images) + 1
+        images.append({"n": len(images) + 1, "source": "page", "page_rank": img["rank"], "url": img["url"], "sha256": img.get("sha256") or "",
+                       "caption": img.get("caption") or "", "caption_mode": img.get("caption_mode") or "alt", "score": float(img["score"])})
+    for img in chosen_aux:
+        images.append({"n": len(images) + 1, "source": "aux", "page_rank": None, "url": img["url"], "sha256": img.get("sha256") or "",
+                       "caption": img.get("caption") or "", "caption_mode": img.get("caption_mode") or "", "score": float(img["score"])})
+    out = []
+    for page in pages:
+        mine = [e for e in elements if e["page_id"] == page["id"]]
+        texts = {e["element_id"] for e in _best([e for e in mine if e["kind"] == "text"], sel.text_per_page, sel.min_text_score)}
+        blocks = []
+        for e in sorted(mine, key=lambda e: e["order"]):
+            if e["element_id"] in texts:
+                blocks.append({"text": e["text"], "image": None})
+            elif e["element_id"] in number:
+                blocks.append({"text": None, "image": number[e["element_id"]]})
+        if blocks:
+            out.append({"rank": page["rank"], "title": page.get("title") or "", "url": page.get("url") or "", "blocks": blocks})
+    return out, images
+
+
+# ---------------------------------------------------------------- placeholders
+
+
+def placeholder(n: int, caption: str) -> str:
+    short = " ".join((caption or f"image {n}").split())[:100].replace("]", ")")
+    return f"![{short}](image_{n})"
+
+
+def resolve_placeholders(text: str, n_inputs: int) -> tuple[list[dict], list[str]]:
+    """(output images, unresolved placeholders). Each output image: {n, start, end} of one
+    placeholder naming an input image 1..n_inputs, in answer order."""
+    found, unresolved = [], []
+    for match in PLACEHOLDER.finditer(text or ""):
+        pseudo = PSEUDO_URL.match(match.group(2))
+        if pseudo and 1 <= int(pseudo.group(1)) <= n_inputs:
+            found.append({"n": int(pseudo.group(1)), "start": match.start(), "end": match.end()})
+        else:
+            unresolved.append(match.group(0))
+    return found, unresolved
+
+
+def strip_placeholders(text: str) -> str:
+    """The answer's text with every image placeholder removed (fluency, relevance, RAGAS)."""
+    return re.sub(r"\n{3,}", "\n\n", PLACEHOLDER.sub("", text or "")).strip()
+
+
+def image_contexts(text: str, found: list[dict], chars: int) -> list[tuple[str, str]]:
+    """(text above, text below) of each output image, other placeholders removed, at most
+    `chars` characters each side (the nearest ones)."""
+    out = []
+    for image in found:
+        above = strip_placeholders(text[: image["start"]])
+        below = strip_placeholders(text[image["end"]:])
+        out.append((above[-chars:] if chars else above, below[:chars] if chars else below))
+    return out
+
+
+def document_with_captions(text: str, found: list[dict], captions: dict[int, str]) -> str:
+    """Figure 22's document: each of the answer's images replaced by a line `<image>: caption`."""
+    parts, last = [], 0
+    for image in found:
+        parts += [text[last: image["start"]], f"\n<image>: {captions.get(image['n']) or '(no caption)'}\n"]
+        last = image["end"]
+    parts.append(text[last:])
+    return PLACEHOLDER.sub("", "".join(parts)).strip()
+
+
+# ---------------------------------------------------------------- metric arithmetic
+
+
+def normalise(score: float | None, scale: int) -> float | None:
+    """A judge score on 0..scale as 0-1 (Fig. 17-21: scale 10; Fig. 22 and RAGAS verdicts: 1)."""
+    return None if score is None else score / scale
+
+
+def context_precision(verdicts: list[int]) -> float | None:
+    """RAGAS context precision over the contexts in order: sum_k precision@k * v_k / (number of
+    relevant contexts); 0 when none is relevant (RAGAS divides by count + 1e-10); None without contexts."""
+    if not verdicts:
+        return None
+    relevant = sum(verdicts)
+    if relevant == 0:
+        return 0.0
+    return sum(sum(verdicts[: k + 1]) / (k + 1) * v for k, v in enumerate(verdicts)) / relevant
+
+
+def faithfulness(verdicts: list[int]) -> float | None:
+    """RAGAS faithfulness: statements supported by the contexts / statements; None (RAGAS: NaN) without statements."""
+    return sum(verdicts) / len(verdicts) if verdicts else None
+
+
+def image_recall_judge(used: set[int], unused_verdicts: dict[int, int]) -> float | None:
+    """Figure 22 as a recall: the images the answer used, over those plus the unused input images
+    the judge says should have been inserted; None when the answer used none and none was wanted
+    (nothing to recall)."""
+    wanted = sum(1 for n, v in unused_verdicts.items() if v and n not in used)
+    return None if not used and not wanted else len(used) / (len(used) + wanted)
+
+
+def image_recall_count(used: set[int], input_scores: dict[int, float], threshold: float = 8) -> float | None:
+    """The public code's recall: of the input images scored >= threshold, the share the answer used; None when there is none."""
+    good = {n for n, s in input_scores.items() if s is not None and s >= threshold}
+    return len(good & used) / len(good) if good else None
+
+
+def last_integer(text: str | None) -> int | None:
+    """The public code's score parser: the last integer in the judge's text ("8/10" -> 10, "7.5" -> 5)."""
+    found = re.findall(r"\d+", text or "")
+    return int(found[-1]) if found else None
+
+
+def mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None and not math.isnan(v)]
+    return sum(present) / len(present) if present else None
+
+
+def response_scores(response: dict, judgements: list[dict]) -> dict:
+    """Per-response metric values, strict and reference-compatible, from its judgement rows.
+
+    strict: a metric with a failed judge call is missing; RAGAS metrics as defined above (None
+    without contexts / statements); image metrics one value per output image.
+    reference: the public code's reading: every judge score by `last_integer` of the raw text
+    (a failed call with an integer in its text counts with it, one without is missing: the public
+    code would crash), RAGAS NaN / failure -> 1.0, image recall by the count of input images
+    scored >= 8.
+    """
+    rows: dict[str, list[dict]] = {}
+    for j in judgements:
+        rows.setdefault(j["metric"], []).append(j)
+    used = {i["n"] for i in response["output_images"]}
+    strict: dict = {}
+    ref: dict = {}
+    for metric in ("fluency", "relevance"):
+        got = rows.get(metric, [])
+        ok = [j for j in got if j["status"] == "judged"]
+        strict[metric] = normalise(ok[0]["score"], 10) if ok else None
+        ref_raw = [last_integer(j["raw"]) for j in got]
+        ref[metric] = normalise(ref_raw[0], 10) if ref_raw and ref_raw[0] is not None else None
+    for metric, formula in (("context_precision", context_precision), ("faithfulness", faithfulness)):
+        got = sorted(rows.get(metric, []), key=lambda j: j["position"])
+        if any(j["status"] == "failed" for j in got):
+            strict[metric], ref[metric] = None, 1.0
+        else:
+            value = formula([int(j["score"]) for j in got if j["status"] == "judged"])
+            strict[metric], ref[metric] = value, 1.0 if value is None else value
+    for metric in IMAGE_METRICS:
+        got = sorted(rows.get(metric, []), key=lambda j: j["position"])
+        strict[metric] = [normalise(j["score"], 10) if j["status"] == "judged" else None for j in got]
+        ref[metric] = [normalise(last_integer(j["raw"]), 10) if last_integer(j["raw"]) is not None else None for j in got]
+    recall_rows = rows.get("image_recall", [])
+    if any(j["status"] == "failed" for j in recall_rows):
+        strict["image_recall"] = None
+    else:
+        strict["image_recall"] = image_recall_judge(used, {j["position"]: int(j["score"]) for j in recall_rows})
+    scores = {i["n"]: i["score"] for i in response["inputs"]}
+    strict["image_recall_count"] = ref["image_recall"] = image_recall_count(used, scores)
+    ref["image_recall_count"] = ref["image_recall"]
+    return {"strict": strict, "reference": ref}
+
+
+def aggregate(per_response: list[dict], mode: str) -> dict:
+    """System-level metrics of one (model, approach) from its responses' `response_scores`.
+
+    Text metrics and recall: mean over queries where present. Image metrics: mean over all output
+    images of all queries. Overall, strict: the mean of the eight that are defined; a system that
+    output no image has no coherence / helpfulness / reference, and its overall is the mean of the
+    other five (`overall_over` says how many). Overall, reference: the mean of the eight, None
+    (the public code's NaN) when any is undefined, e.g. with no output image.
+    """
+    out: dict = {}
+    for metric in (*TEXT_METRICS, "image_recall", "image_recall_count"):
+        values = [r[mode][metric] for r in per_response]
+        out[metric] = mean(values)
+        out[f"{metric}_missing"] = sum(1 for v in values if v is None)
+    for metric in IMAGE_METRICS:
+        values = [v for r in per_response for v in r[mode][metric]]
+        out[metric] = mean(values)
+        out[f"{metric}_missing"] = sum(1 for v in values if v is None)
+    out["output_images"] = sum(len(r[mode]["image_coherence"]) for r in per_response)
+    eight = [out[m] for m in METRICS]
+    if mode == "strict":
+        present = [v for v in eight if v is not None]
+        out["overall"] = sum(present) / len(present) if present else None
+        out["overall_over"] = len(present)
+    else:
+        out["overall"] = None if any(v is None for v in eight) else sum(eight) / len(eight)
+        out["overall_over"] = 8 if out["overall"] is not None else 0
+    return out

@@ -1,0 +1,129 @@
+"""The M2RAG evaluation report: every (model, approach) scored with the eight metrics of m2rag.txt
+§6 and laid out like its Table 2, plus token use (cf. Table 3), in markdown and a DuckDB file.
+
+Scores (stages.core.m2rag_eval.response_scores, aggregate): every judge score normalised to 0-1.
+Text metrics (fluency, relevance, context precision, faithfulness) and image recall are means over
+queries; image coherence, helpfulness and reference are means over all output images. Two
+aggregations, labelled:
+- strict (ours): a failed judge call is missing, never 0 ("(k missing)" counts them); RAGAS
+  metrics are missing where RAGAS gives NaN (no context, no statement); image recall is the
+  Figure 22 judge's: the images used over those plus the unused ones the judge would insert; the
+  overall is the mean of the eight that are defined: a system that output no image has no image
+  coherence, helpfulness or reference and its overall is the mean of the other five (column "of").
+- reference (M2RAG's public evaluation code, to compare with the paper): every judge score read
+  as the last integer in the judge's raw text, a RAGAS NaN or failure as 1.0, image recall as the
+  count of input images scored >= 8 that the answer used, and the overall left undefined (NaN
+  there) when any metric is, e.g. when no image was output; a failed judge call without an
+  integer is missing (the public code would stop).
+The count version of image recall is also printed beside the strict table.
+
+Inputs: responses, judgements (one file per model and approach each).
+Outputs: report (markdown), db (DuckDB: responses, judgements, scores (per response, both modes),
+summary (per model, approach, mode, metric)).
+Invariant: the DuckDB file's responses and judgements tables hold every input row (checked on the
+written file before it is moved into place); the stage writes no table (0 = 0).
+Params: title.
+"""
+from __future__ import annotations
+
+import json
+
+from stages.core.m2rag_eval import METRICS, aggregate, response_scores
+from stages.core.release import check_row_counts, load_parquet, md_table, portable_duckdb_file
+from stages.core.stage import Input, Output, Param, Stage
+from stages.core.tables import atomic_write_bytes
+
+VERSION = "1"
+LABELS = {"fluency": "Flu.", "relevance": "Rel.", "context_precision": "CP.", "faithfulness": "Faith.", "image_coherence": "Coher.",
+          "image_helpfulness": "Help.", "image_reference": "Ref.", "image_recall": "Recall"}
+NOTES = {
+    "strict": "Strict (ours): a failed judge call is missing, never 0; \"(k missing)\" counts the queries or images left out. "
+              "Recall is the Figure 22 judge's. Overall = mean of the eight metrics that are defined; a system that output no "
+              "image has no Coher./Help./Ref. and its overall is the mean of the other five (column \"of\").",
+    "reference": "Reference-compatible (M2RAG's public evaluation code): judge scores read as the last integer of the judge's text "
+                 "(\"8/10\" -> 10), a RAGAS NaN or failure as 1.0, Recall = input images scored >= 8 that the answer used, and the "
+                 "overall undefined (n/a) when any metric is, e.g. with no output image. A failed judge call with no integer in its "
+                 "text is missing here too (the public code stops on it).",
+}
+
+
+def fmt(value, missing: int = 0) -> str:
+    return ("n/a" if value is None else f"{value:.2f}") + (f" ({missing} missing)" if missing else "")
+
+
+def run(ctx):
+    responses = ctx.read_rows("responses")
+    judgements: dict[str, list[dict]] = {}
+    for j in ctx.read_rows("judgements"):
+        judgements.setdefault(j["response_id"], []).append(j)
+    systems: dict[tuple[str, str], list[dict]] = {}
+    score_rows = []
+    for r in responses:
+        scores = response_scores(r, judgements.get(r["id"], []))
+        systems.setdefault((r["model"], r["approach"]), []).append(scores)
+        score_rows.append({"response_id": r["id"], "model": r["model"], "approach": r["approach"], "query_id": r["query_id"],
+                           "output_images": len(r["output_images"]), "unresolved": len(r["unresolved"]),
+                           "strict_json": json.dumps(scores["strict"]), "reference_json": json.dumps(scores["reference"])})
+    summary = {(m, a, mode): aggregate(rows, mode) for (m, a), rows in sorted(systems.items()) for mode in ("strict", "reference")}
+    loaded: dict[str, int] = {}
+    with portable_duckdb_file(ctx.output_path("db"), check=lambda tmp: check_row_counts(tmp, loaded)) as con:
+        for name in ("responses", "judgements"):
+            loaded[name] = load_parquet(con, name, ctx.input_paths(name))
+        con.execute("create table scores (response_id varchar, model varchar, approach varchar, query_id varchar, output_images int, "
+                    "unresolved int, strict json, reference json)")
+        con.executemany("insert into scores values (?, ?, ?, ?, ?, ?, ?, ?)", [list(s.values()) for s in score_rows])
+        con.execute("create table summary (model varchar, approach varchar, scoring varchar, metric varchar, value double, missing int)")
+        con.executemany("insert into summary values (?, ?, ?, ?, ?, ?)", [
+            [m, a, mode, metric, value, agg.get(f"{metric}_missing", 0)]
+            for (m, a, mode), agg in summary.items() for metric, value in agg.items() if not metric.endswith("_missing")])
+        usage = con.execute(
+            "select model, approach, count(*), sum(calls), avg(prompt_tokens), avg(completion_tokens), sum(truncated_calls), "
+            "sum(len(output_images)), sum(len(unresolved)), bool_or(vision) from responses group by all order by 1, 2").fetchall()
+        failed = dict(((m, a), n) for m, a, n in con.execute(
+            "select model, approach, count(*) from judgements where status = 'failed' group by all").fetchall())
+        modes = dict(((m, a, mode), n) for m, a, mode, n in con.execute(
+            "select model, approach, mode, count(*) from judgements where metric like 'image%' group by all").fetchall())
+    tables = []
+    for mode in ("strict", "reference"):
+        headers = ["Model", "Approach", *LABELS.values(), "Overall", "of"] + (["Recall (count >= 8)"] if mode == "strict" else [])
+        rows = []
+        for (m, a, md), agg in summary.items():
+            if md != mode:
+                continue
+            rows.append([m, a, *[fmt(agg[k], agg.get(f"{k}_missing", 0)) for k in METRICS], fmt(agg["overall"]), agg["overall_over"]]
+                        + ([fmt(agg["image_recall_count"], agg["image_recall_count_missing"])] if mode == "strict" else []))
+        tables += [f"## Results (cf. Table 2), {mode} scoring", NOTES[mode], md_table(headers, rows)]
+    markdown = "\n\n".join([
+        f"# {ctx.params['title']}",
+        "Metrics of m2rag.txt §6 (App. D), each a judge score normalised to 0-1. Flu. fluency, Rel. relevance (Figures 17-18, on the "
+        "answer without image placeholders), CP. context precision and Faith. faithfulness as RAGAS defines them (contexts: the pages' "
+        "selected text and the captions of the answer's images), Coher./Help./Ref. image coherence, helpfulness and reference "
+        "(Figures 19-21, one judgement per output image with the text above and below it), Recall image recall (Figure 22). Text "
+        "metrics and recall are means over queries; image metrics are means over all output images.",
+        *tables,
+        "## Responses and token use (cf. Table 3)",
+        md_table(["Model", "Approach", "Responses", "Calls", "Prompt tokens / response", "Completion tokens / response", "Truncated calls",
+                  "Output images", "Placeholders to no image", "Vision", "Failed judge calls", "Images judged by caption"],
+                 [[m, a, n, calls, f"{p or 0:.0f}", f"{c or 0:.0f}", trunc, out, unres, vis, failed.get((m, a), 0), modes.get((m, a, "caption"), 0)]
+                  for m, a, n, calls, p, c, trunc, out, unres, vis in usage]),
+        "Placeholders to no image name no input image (`image_99`, a url): they are left out of every metric. Images judged by "
+        "caption: the judge could not see the image (text-only judge, or no released file) and read its caption.",
+    ]) + "\n"
+    atomic_write_bytes(ctx.output_path("report"), markdown.encode())
+
+
+STAGE = Stage(
+    name="m2rag_report",
+    version=VERSION,
+    doc=__doc__,
+    inputs={
+        "responses": Input("m2rag_responses, one file per model and approach", many=True, table="m2rag_responses"),
+        "judgements": Input("m2rag_judgements, one file per model and approach", many=True, table="m2rag_judgements"),
+    },
+    outputs={"report": Output(None, "markdown report"), "db": Output(None, "DuckDB file with the evaluation tables")},
+    params={"title": Param(str, "M2RAG evaluation", "report heading")},
+    run=run,
+)
+
+if __name__ == "__main__":
+    STAGE.main()

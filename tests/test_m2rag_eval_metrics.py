@@ -1,0 +1,148 @@
+"""Hand-computed cases for the M2RAG evaluation arithmetic (stages/core/m2rag_eval.py): score
+normalisation, RAGAS context precision and faithfulness, image recall both ways, placeholders,
+answers without images, failed judge calls, the strict and reference-compatible aggregations,
+and App. E input selection on the fixture release."""
+from __future__ import annotations
+
+import pytest
+
+from m2rag_eval_fixtures import make_m2rag_release
+from stages.core.m2rag_eval import (Selection, aggregate, context_precision, document_with_captions, faithfulness, image_contexts,
+                                    image_recall_count, image_recall_judge, last_integer, normalise, read_release, resolve_placeholders,
+                                    response_scores, select_inputs, strip_placeholders)
+
+
+def test_normalise():
+    assert normalise(7, 10) == 0.7
+    assert normalise(0, 10) == 0.0 and normalise(10, 10) == 1.0
+    assert normalise(1, 1) == 1.0
+    assert normalise(None, 10) is None  # a failed call stays missing
+
+
+def test_context_precision_by_hand():
+    # verdicts 1,0,1: precision@1 = 1, precision@3 = 2/3; (1 + 2/3) / 2 = 5/6
+    assert context_precision([1, 0, 1]) == pytest.approx(5 / 6)
+    # 0,1,1: precision@2 = 1/2, precision@3 = 2/3; (1/2 + 2/3) / 2 = 7/12
+    assert context_precision([0, 1, 1]) == pytest.approx(7 / 12)
+    assert context_precision([1, 1]) == 1.0
+    assert context_precision([0, 0, 0]) == 0.0  # RAGAS: numerator 0 over 0 + 1e-10
+    assert context_precision([]) is None
+
+
+def test_faithfulness_by_hand():
+    assert faithfulness([1, 1, 0, 1]) == 0.75
+    assert faithfulness([0]) == 0.0
+    assert faithfulness([]) is None  # RAGAS NaN: no statement
+
+
+def test_image_recall_both_ways():
+    # judge: used {1, 3}; unused 2 judged worth inserting, 4 not: 2 / (2 + 1)
+    assert image_recall_judge({1, 3}, {2: 1, 4: 0}) == pytest.approx(2 / 3)
+    assert image_recall_judge(set(), {2: 1}) == 0.0
+    assert image_recall_judge(set(), {2: 0}) is None  # nothing used, nothing wanted
+    # the public code: inputs scored >= 8 are {1, 2}; the answer used 1 and 3 -> 1/2
+    assert image_recall_count({1, 3}, {1: 9.0, 2: 8.0, 3: 5.0}) == 0.5
+    assert image_recall_count({3}, {1: 7.9, 3: 5.0}) is None  # no input image scored >= 8
+
+
+def test_placeholders_and_no_image():
+    text = "Intro.\n\n![sky](image_2)\n\nMiddle ![x](image_9) and ![y](https://a.b/c.png).\n\n![again](image_1)\nEnd."
+    found, unresolved = resolve_placeholders(text, n_inputs=3)
+    assert [f["n"] for f in found] == [2, 1]
+    assert unresolved == ["![x](image_9)", "![y](https://a.b/c.png)"]  # point to no input image
+    assert strip_placeholders(text) == "Intro.\n\nMiddle  and .\n\nEnd."
+    (above1, below1), (above2, below2) = image_contexts(text, found, chars=0)
+    assert above1 == "Intro." and below1.startswith("Middle") and below1.endswith("End.")
+    assert above2.endswith("and .") and below2 == "End."
+    assert image_contexts(text, found, chars=4)[0] == ("tro.", "Midd")
+    assert document_with_captions(text, found, {2: "blue sky", 1: "diagram"}).count("<image>: ") == 2
+    assert resolve_placeholders("No images here.", 3) == ([], [])
+
+
+def test_last_integer_is_the_public_parser():
+    assert last_integer("Good.\n8/10") == 10
+    assert last_integer("score 7.5") == 5
+    assert last_integer('{"explanation": "fine", "score": 8}') == 8
+    assert last_integer("no number") is None
+
+
+def _judgement(metric, position, score, status="judged", raw=None):
+    return {"metric": metric, "position": position, "score": score, "status": status,
+            "raw": raw if raw is not None else f'{{"score": {int(score) if score is not None else "?"}}}'}
+
+
+def _response(used, inputs):
+    return {"output_images": [{"n": n, "start": 0, "end": 0} for n in used], "inputs": [{"n": n, "score": s} for n, s in inputs.items()]}
+
+
+def test_response_scores_strict_and_reference():
+    response = _response([1], {1: 9.0, 2: 8.0})
+    rows = [_judgement("fluency", 0, 8), _judgement("relevance", 0, None, "failed", raw="Relevant.\n8/10"),
+            _judgement("context_precision", 0, 1), _judgement("context_precision", 1, 0), _judgement("context_precision", 2, 1),
+            _judgement("faithfulness", 0, None, "failed", raw="not json"),
+            _judgement("image_coherence", 0, 6), _judgement("image_helpfulness", 0, 4), _judgement("image_reference", 0, None, "failed", raw="?"),
+            _judgement("image_recall", 2, 1)]
+    s = response_scores(response, rows)
+    strict, ref = s["strict"], s["reference"]
+    assert strict["fluency"] == 0.8 and strict["relevance"] is None  # a failed call is missing, never 0
+    assert ref["relevance"] == 1.0  # the public code reads "8/10" as 10
+    assert strict["context_precision"] == pytest.approx(5 / 6) == ref["context_precision"]
+    assert strict["faithfulness"] is None and ref["faithfulness"] == 1.0  # RAGAS failure: 1.0 in the public code
+    assert strict["image_coherence"] == [0.6] and strict["image_reference"] == [None] and ref["image_reference"] == [None]
+    assert strict["image_recall"] == 0.5  # used 1; unused 2 wanted -> 1 / 2
+    assert strict["image_recall_count"] == 0.5 == ref["image_recall"]  # 1 of the two inputs scored >= 8
+
+
+def test_aggregate_means_and_overall():
+    a = {"strict": {"fluency": 0.8, "relevance": 0.6, "context_precision": 1.0, "faithfulness": 0.5, "image_coherence": [0.6, 0.8],
+                    "image_helpfulness": [0.4, None], "image_reference": [1.0, 0.0], "image_recall": 1.0, "image_recall_count": 1.0}}
+    b = {"strict": {"fluency": 0.6, "relevance": None, "context_precision": 0.0, "faithfulness": 1.0, "image_coherence": [1.0],
+                    "image_helpfulness": [0.7], "image_reference": [0.5], "image_recall": 0.5, "image_recall_count": None}}
+    agg = aggregate([a, b], "strict")
+    assert agg["fluency"] == pytest.approx(0.7) and agg["relevance"] == 0.6 and agg["relevance_missing"] == 1
+    assert agg["image_coherence"] == pytest.approx(0.8)  # over the three output images, not per query
+    assert agg["image_helpfulness"] == pytest.approx(0.55) and agg["image_helpfulness_missing"] == 1
+    assert agg["image_reference"] == pytest.approx(0.5)
+    assert agg["image_recall"] == 0.75 and agg["image_recall_count"] == 1.0
+    eight = [0.7, 0.6, 0.5, 0.75, 0.8, 0.55, 0.5, 0.75]
+    assert agg["overall"] == pytest.approx(sum(eight) / 8) and agg["overall_over"] == 8
+
+
+def test_overall_without_output_images():
+    text_only = {"fluency": 0.8, "relevance": 0.8, "context_precision": 0.5, "faithfulness": 1.0, "image_coherence": [],
+                 "image_helpfulness": [], "image_reference": [], "image_recall": 0.0, "image_recall_count": 0.0}
+    strict = aggregate([{"strict": text_only}], "strict")
+    assert strict["image_coherence"] is None and strict["overall_over"] == 5
+    assert strict["overall"] == pytest.approx((0.8 + 0.8 + 0.5 + 1.0 + 0.0) / 5)
+    ref = aggregate([{"reference": dict(text_only, image_recall=0.0)}], "reference")
+    assert ref["overall"] is None  # the public code's NaN
+
+
+@pytest.mark.parametrize("aux,captions", [(True, True), (False, False)])
+def test_select_inputs_app_e(tmp_path, aux, captions):
+    folder = make_m2rag_release(tmp_path / "rel", aux=aux, captions=captions, manifest=False)
+    tables = read_release(folder)
+    pages, images = select_inputs("eli5:q0", tables, Selection(text_per_page=2, min_text_score=3, min_image_score=3, max_page_images=1,
+                                                               max_aux_images=5, max_images=10))
+    assert [p["rank"] for p in pages] == [1, 2]
+    # top 2 pieces per page (the 1.0 advertisement is below the minimum), page order kept, image in place
+    assert [b["text"] is None for b in pages[0]["blocks"]] == [False, True, False]
+    assert [b["text"] is None for b in pages[1]["blocks"]] == [False, False]  # page 2's image lost to max_page_images = 1
+    assert images[0]["score"] == 9.0 and images[0]["source"] == "page"
+    if aux:
+        assert [(i["n"], i["source"]) for i in images] == [(1, "page"), (2, "aux")]  # the aux image scored 2 is below 3
+        assert images[0]["caption_mode"] == "model"
+    else:  # a release without aux_images and captions: none, and alt text stands in
+        assert len(images) == 1 and images[0]["caption"] == "diagram 1 of light scattering" and images[0]["caption_mode"] == "alt"
+
+
+def test_separate_places_images_by_caption_similarity():
+    """MuRAR-style placement (§5.1) with the packaged all-MiniLM-L6-v2: each image after the segment
+    closest to its caption, none below the similarity floor."""
+    from stages.core.text_index import load_encoder
+    from stages.eval_m2rag.m2rag_generate import place_by_similarity
+
+    segments = ["The ocean looks blue because water absorbs red light.", "Bees make honey from the nectar of flowers."]
+    images = [{"n": 1, "caption": "A honey bee collecting nectar on a flower"}, {"n": 2, "caption": "Waves on a deep blue ocean"},
+              {"n": 3, "caption": "Quarterly tax form instructions"}]
+    assert place_by_similarity(load_encoder(), segments, images, min_similarity=0.3) == {2: [1], 1: [2]}
