@@ -82,7 +82,7 @@ if EM.get("enabled", False) and (EM.get("release") or config.get("m2rag", {}).ge
             responses=[run_path("eval_m2rag", "m2rag_generate", "responses", s) for s in _EM_SLOTS],
             judgements=[run_path("eval_m2rag", "m2rag_judge", "judgements", s) for s in _EM_SLOTS],
         output:
-            report=f"{RUNDIR}/eval_m2rag/m2rag_report/report.md",
+            report=report(f"{RUNDIR}/eval_m2rag/m2rag_report/report.md", category="m2rag", subcategory="evaluation"),
             db=f"{RUNDIR}/eval_m2rag/m2rag_report/evaluation.duckdb",
         params:
             io=stage_io,
