@@ -15,13 +15,21 @@ A gallery keeps its items in `gallery_data.items` order, urls from `media_metada
 is left out of the gallery (`image_urls(..., dropped=[])` says which and why:
 gallery_item_failed, gallery_item_no_metadata), and a gallery left with no item is
 gallery_without_valid_images.
+
+`PlainPost` and `PlainComment` are the plain shape of a record, as msgspec types: a record that
+decodes into one (every field it has of its plain type, ids non-empty, numbers in int64) reads
+the same as the checks above read it, so it needs no further check; any other record goes through
+the checks, which name its defect. Fields the harvests do not read are not decoded.
 """
 from __future__ import annotations
 
 import html
 import re
 from operator import itemgetter
+from typing import Annotated
 from urllib.parse import urlsplit
+
+import msgspec
 
 from .stage import Reject
 
@@ -29,6 +37,37 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
 # i.redd.it urls are most image posts: this prefix fixes the host without a urlsplit
 _IREDDIT = ("https://i.redd.it/", "http://i.redd.it/")
+
+
+_Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
+_Id = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class PlainPost(msgspec.Struct, gc=False):
+    """A post whose fields all have their plain types (absent = null = the checks' default)."""
+    id: _Id
+    subreddit: _Id
+    title: str = ""
+    selftext: str = ""
+    url: str = ""
+    is_gallery: bool = False
+    author: str | None = None
+    created_utc: _Int64 = 0
+    score: _Int64 = 0
+    num_comments: _Int64 = 0
+    over_18: bool = False
+    permalink: str = ""
+
+
+class PlainComment(msgspec.Struct, gc=False):
+    """A comment whose fields all have their plain types (absent = null = the checks' default)."""
+    id: _Id
+    link_id: _Id
+    parent_id: str = ""
+    body: str = ""
+    score: _Int64 = 0
+    author: str | None = None
+    created_utc: _Int64 = 0
 
 
 def _unescape(text: str) -> str:
@@ -129,18 +168,23 @@ def image_urls(post: dict, extensions: tuple[str, ...], dropped: list | None = N
     if _flag(post, "is_gallery"):
         urls = _gallery_urls(post, dropped)
         return (urls, None) if urls else ([], "gallery_without_valid_images")
-    url = _text(post, "url")
+    url = direct_image(_text(post, "url"), extensions)
+    return ([url], None) if url else ([], "no_image")
+
+
+def direct_image(url: str, extensions: tuple[str, ...]) -> str | None:
+    """A non-gallery post's url, `&amp;` unescaped, when it is a direct image; else None."""
     if "&" in url:
         url = _unescape(url)
     if url.startswith(_IREDDIT):
-        return [url], None
+        return url
     # a url without query or fragment whose path is not empty ends with its path: no urlsplit needed
     if url.lower().endswith(extensions) and "?" not in url and "#" not in url and "/" in url[url.find("//") + 2 :]:
-        return [url], None
+        return url
     parts = urlsplit(url)
     if parts.netloc.lower() == "i.redd.it" or parts.path.lower().endswith(extensions):
-        return [url], None
-    return [], "no_image"
+        return url
+    return None
 
 
 def record_id(record, required: str) -> str:
