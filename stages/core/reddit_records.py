@@ -43,8 +43,27 @@ _Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
 _Id = Annotated[str, msgspec.Meta(min_length=1)]
 
 
+class _Source(msgspec.Struct, gc=False):
+    u: str | None = None
+    gif: str | None = None
+
+
+class _Media(msgspec.Struct, gc=False):
+    status: str | None  # required: an entry without it (`{}` included) is read by the checks
+    s: _Source | None = None
+
+
+class _GalleryItem(msgspec.Struct, gc=False):
+    media_id: str | None = None
+
+
+class _Gallery(msgspec.Struct, gc=False):
+    items: list[_GalleryItem] | None = None
+
+
 class PlainPost(msgspec.Struct, gc=False):
-    """A post whose fields all have their plain types (absent = null = the checks' default)."""
+    """A post whose fields all have their plain types (absent = null = the checks' default),
+    gallery keys included."""
     id: _Id
     subreddit: _Id
     title: str = ""
@@ -57,6 +76,8 @@ class PlainPost(msgspec.Struct, gc=False):
     num_comments: _Int64 = 0
     over_18: bool = False
     permalink: str = ""
+    gallery_data: _Gallery | None = None
+    media_metadata: dict[str, _Media] | None = None
 
 
 class PlainComment(msgspec.Struct, gc=False):
@@ -158,6 +179,31 @@ def _gallery_urls(post: dict, dropped: list | None) -> list[str]:
                 dropped.append((media_id, "gallery_item_failed", f"{media_id}: status {status!r}"))
             else:
                 dropped.append((media_id, "gallery_item_no_metadata", f"{media_id}: valid but no source url"))
+    return urls
+
+
+def plain_gallery_urls(post: PlainPost, dropped: list) -> list[str]:
+    """`_gallery_urls` of a plain post: the same urls and dropped items."""
+    items = post.gallery_data.items if post.gallery_data else None
+    metadata = post.media_metadata or {}
+    urls = []
+    for position, item in enumerate(items or ()):
+        media_id = item.media_id
+        if media_id is None:
+            dropped.append((f"item{position}", "gallery_item_no_metadata", f"gallery item {position} has no media_id"))
+            continue
+        meta = metadata.get(media_id)
+        source = meta.s if meta is not None else None
+        url = source.u or source.gif if source is not None else None
+        status = meta.status if meta is not None else None
+        if status == "valid" and url:
+            urls.append(_unescape(url))
+        elif meta is None:
+            dropped.append((media_id, "gallery_item_no_metadata", f"{media_id}: not in media_metadata"))
+        elif status != "valid":
+            dropped.append((media_id, "gallery_item_failed", f"{media_id}: status {status!r}"))
+        else:
+            dropped.append((media_id, "gallery_item_no_metadata", f"{media_id}: valid but no source url"))
     return urls
 
 

@@ -10,7 +10,9 @@ post is known whichever file order is given.
 Kept posts: subreddit in the MAVIS Table 11 mapping (param `domains`), not NSFW unless asked,
 and with an image: a direct image url (i.redd.it or an image extension) or a gallery
 (`is_gallery`, order from `gallery_data.items`, urls from `media_metadata[id].s.u` with `&amp;`
-unescaped, items with `status == "valid"` only). Kept comments: top level (`parent_id` = `t3_…`)
+unescaped, items with `status == "valid"` only; each item left out of a kept post is a
+gallery_item_failed or gallery_item_no_metadata reject `reddit:<post id>:<media id>`, as in
+harvest_reddit_live). Kept comments: top level (`parent_id` = `t3_…`)
 under a kept post (`link_id` = `t3_<post id>`).
 
 Every record is checked at the boundary, field by field: a comment in full before its rules, a
@@ -35,9 +37,15 @@ Speed: a monthly dump is mostly other subreddits, so a post's subreddit is first
 line's bytes: a line that is one JSON object holding `"subreddit":"<name>"` and `"id":"<id>"` once
 each, without escapes, and naming an unconfigured subreddit, is a subreddit_not_configured reject
 without a parse (a post with an id already kept still goes to the duplicate rule). Any other line
-is parsed (orjson) and judged in full, so a malformed in-scope record is still named by its
-defect; a malformed record that plainly names an unconfigured subreddit is rejected as out of
-scope. Everything after the parse is batched per decompressed chunk: lines are counted at once,
+is first decoded (msgspec) into the plain shape of its kind (`PlainPost`, `PlainComment` in
+reddit_records: the fields the rules read, each of its plain type; the other fields are skipped,
+not built): such a record needs no field check. A line that does not decode so is parsed (orjson)
+and judged in full, so a malformed in-scope record is still named by its defect; a malformed
+record that plainly names an unconfigured subreddit is rejected as out of scope. msgspec does not
+check the bytes of the fields it skips, so a chunk that is not UTF-8 throughout goes the parsed
+way (bad_json for its bad lines); a number past a double's range in a field the harvest does not
+read is valid JSON and no longer a reason to reject the line. Everything after the decode is
+batched per decompressed chunk (a chunk's comments decoded at once): lines are counted at once,
 the cheapest rules run first, rejects are gathered and written as one Arrow batch
 (`ctx.reject_many`), kept rows are tuples gathered per shard and written as Arrow batches of the
 shard writer's batch size (so the Parquet files are the same, byte for byte, as row-by-row
@@ -47,11 +55,13 @@ while reading (parsed records hold no cycles).
 
 Outputs, one file per shard (stable hash of the post id, comments sharded with their post):
 `posts` (reddit_posts) and `comments` (reddit_comments).
-Invariant: records read (lines, plus one per truncated file) = posts + comments + rejected.
-Reject ids are `reddit:<id>`, or `<file>:<line>` for a line without a usable id.
+Invariant: records read (lines, plus one per truncated file) = posts + comments + rejected -
+dropped gallery items (those rejects are parts of kept posts, not records).
+Reject ids are `reddit:<id>` (`reddit:<post id>:<media id>` for a gallery item), or
+`<file>:<line>` for a line without a usable id.
 Reject reasons: bad_json, not_an_object, missing_field, bad_field_type, duplicate,
 subreddit_not_configured, nsfw, no_image, gallery_without_valid_images, not_top_level,
-post_not_kept, truncated_frame.
+post_not_kept, truncated_frame, gallery_item_failed, gallery_item_no_metadata.
 """
 from __future__ import annotations
 
@@ -69,10 +79,11 @@ import zstandard
 from tqdm import tqdm
 
 from stages.core.ids import shard_of
-from stages.core.reddit_records import PlainComment, PlainPost, bad_field, comment_fields, direct_image, image_urls, post_fields, record_id
+from stages.core.reddit_records import (PlainComment, PlainPost, bad_field, comment_fields, direct_image, image_urls, plain_gallery_urls,
+                                        post_fields, record_id)
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "2"
+VERSION = "3"
 
 MAX_WINDOW = 2**31  # pushshift dumps are compressed with --long=31
 _SUBMISSIONS = re.compile(r"^(RS_\d{4}-\d{2}|.+_submissions)\.zst$")
@@ -272,9 +283,8 @@ class _Harvest:
         self.keep(post_id, (post_id, subreddit, domain, title, selftext, url, urls, is_gallery, author, created, score, comments,
                             over_18, permalink), dropped)
 
-    def plain_submission(self, post: PlainPost, line: bytes) -> None:
-        """`submission` for a post of plain types (no field check left); a gallery's items are
-        read from the parsed line."""
+    def plain_submission(self, post: PlainPost) -> None:
+        """`submission` for a post of plain types: no field check left."""
         post_id = post.id
         self.item = "reddit:" + post_id
         if post_id in self.kept_posts:
@@ -287,7 +297,8 @@ class _Harvest:
             raise Reject("nsfw", subreddit)
         dropped: list[tuple[str, str, str]] = []
         if post.is_gallery:
-            urls, problem = image_urls(orjson.loads(line), self.extensions, dropped)
+            urls = plain_gallery_urls(post, dropped)
+            problem = None if urls else "gallery_without_valid_images"
         else:
             url = direct_image(post.url, self.extensions)
             urls, problem = ([url], None) if url else ([], "no_image")
@@ -330,7 +341,7 @@ class _Harvest:
                 if post is None:
                     self.submission(loads(line))
                 else:
-                    self.plain_submission(post, line)
+                    self.plain_submission(post)
             except orjson.JSONDecodeError as err:
                 reject(f"{name}:{line_no}", "bad_json", str(err))
             except Reject as rejected:
