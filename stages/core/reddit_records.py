@@ -266,10 +266,6 @@ def post_fields(post: dict) -> tuple:
             int_field(post, "created_utc"), int_field(post, "score"), int_field(post, "num_comments"), _flag(post, "over_18"), _text(post, "permalink"))
 
 
-_COMMENT_FIELDS = ("id", "link_id", "parent_id", "body", "score", "author", "created_utc")
-comment_fields_fast = itemgetter(*_COMMENT_FIELDS)
-
-
 def comment_fields(comment) -> tuple:
     """(id, link_id, parent_id, body, score, author, created_utc) of a comment, every field
     checked and normalised (null text is "", null numbers 0); raises Reject."""

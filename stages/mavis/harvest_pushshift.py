@@ -87,8 +87,9 @@ VERSION = "3"
 
 MAX_WINDOW = 2**31  # pushshift dumps are compressed with --long=31
 _SUBMISSIONS = re.compile(r"^(RS_\d{4}-\d{2}|.+_submissions)\.zst$")
-GALLERY_ITEM_REASONS = ("gallery_item_failed", "gallery_item_no_metadata")
 _COMMENTS = re.compile(r"^(RC_\d{4}-\d{2}|.+_comments)\.zst$")
+
+GALLERY_ITEM_REASONS = ("gallery_item_failed", "gallery_item_no_metadata")
 
 
 class TruncatedFrame(Exception):
@@ -146,15 +147,9 @@ def read_zstd_chunks(path: str, chunk_size: int = 1 << 20, progress: tqdm | None
         raise TruncatedFrame(f"{path} ends inside a zstd frame")
 
 
-def read_zstd_batches(path: str, chunk_size: int = 1 << 20, progress: tqdm | None = None) -> Iterator[list[bytes]]:
-    """The lines of `read_zstd_chunks`, one list per chunk."""
-    for _, lines in read_zstd_chunks(path, chunk_size, progress):
-        yield lines
-
-
 def read_zstd_lines(path: str, chunk_size: int = 1 << 20, progress: tqdm | None = None) -> Iterator[bytes]:
-    """The lines of `read_zstd_batches`, one at a time."""
-    for lines in read_zstd_batches(path, chunk_size, progress):
+    """The lines of `read_zstd_chunks`, one at a time."""
+    for _, lines in read_zstd_chunks(path, chunk_size, progress):
         yield from lines
 
 
