@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import orjson
 import yaml
 from PIL import Image
 
@@ -29,7 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from stages.core.fetch import WarcRecorder  # noqa: E402
-from stages.mavis.harvest_pushshift import _load, image_urls, read_zstd_lines  # noqa: E402
+from stages.core.reddit_records import image_urls  # noqa: E402
+from stages.mavis.harvest_pushshift import read_zstd_lines  # noqa: E402
 
 DUMPS = ["data/samples/reddit/RS_2023-01.zst", "data/samples/reddit/askscience_submissions.zst"]
 
@@ -77,8 +79,11 @@ def main() -> None:
     lists = []
     for dump in args.dumps:
         for line in read_zstd_lines(dump):
-            post, _ = _load(line)
-            if post and "title" in post:
+            try:
+                post = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue  # the harvest's bad_json reject: no urls
+            if type(post) is dict and "title" in post:
                 urls, _ = image_urls(post, extensions)
                 if urls:
                     lists.append(urls)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import orjson
 import pyarrow.parquet as pq
 import pytest
@@ -11,7 +12,8 @@ import yaml
 import zstandard
 
 from conftest import REPO, run_stage
-from stages.mavis.harvest_pushshift import TruncatedFrame, image_urls, read_zstd_lines
+from stages.core.reddit_records import PlainPost, plain_gallery_urls
+from stages.mavis.harvest_pushshift import GALLERY_ITEM_REASONS, TruncatedFrame, image_urls, read_zstd_lines
 
 DOMAINS = {"Science": ["askscience"], "Art & Design": ["woodworking"]}
 
@@ -59,6 +61,50 @@ def test_gallery_order_unescaping_and_failed_items():
     assert image_urls({"url": "https://i.redd.it/x"}, (".jpg",)) == (["https://i.redd.it/x"], None)
     assert image_urls({"url": "https://imgur.com/y.PNG"}, (".png",)) == (["https://imgur.com/y.PNG"], None)
     assert image_urls({"url": "https://example.com/article"}, (".png",)) == ([], "no_image")
+
+
+GALLERY_ITEMS = {  # media_metadata entries of a gallery's items, and the item list
+    "valid": ({"status": "valid", "s": {"u": "https://preview.redd.it/v.png?a=1&amp;b=2"}}, {"media_id": "valid"}),
+    "gif": ({"status": "valid", "s": {"u": None, "gif": "https://preview.redd.it/g.gif"}}, {"media_id": "gif"}),
+    "failed": ({"status": "failed", "s": {"u": "https://preview.redd.it/f.png"}}, {"media_id": "failed"}),
+    "unprocessed": ({"status": "unprocessed"}, {"media_id": "unprocessed"}),
+    "no_url": ({"status": "valid", "s": {}}, {"media_id": "no_url"}),
+    "no_meta": (None, {"media_id": "no_meta"}),
+    "no_id": (None, {"id": 3}),
+}
+
+
+def _gallery(pid, names, sub="askscience"):
+    return _post(pid, sub=sub, is_gallery=True, url=f"https://www.reddit.com/gallery/{pid}",
+                 gallery_data={"items": [GALLERY_ITEMS[n][1] for n in names]},
+                 media_metadata={n: GALLERY_ITEMS[n][0] for n in names if GALLERY_ITEMS[n][0] is not None})
+
+
+@pytest.mark.parametrize("names", [list(GALLERY_ITEMS), ["failed", "no_meta"], ["no_id", "valid"], []])
+def test_plain_gallery_reads_as_the_checked_gallery(names):
+    """A gallery decoded as a plain post gives the checked path's urls and dropped items."""
+    post = _gallery("g", names)
+    dropped, plain_dropped = [], []
+    urls, _ = image_urls(post, (".jpg",), dropped)
+    assert plain_gallery_urls(msgspec.json.decode(orjson.dumps(post), type=PlainPost), plain_dropped) == urls
+    assert plain_dropped == dropped
+    assert len(dropped) == sum(n not in ("valid", "gif") for n in names)
+
+
+def test_dropped_gallery_items_are_rejects_of_a_kept_post(tmp_path):
+    """Each gallery item left out of a kept post is a reject `reddit:<post>:<media>`; a gallery
+    post that is not kept gives none. Parsed posts (a coerced score) report them the same way."""
+    names = list(GALLERY_ITEMS)
+    rs = _zst(tmp_path / "RS_2023-01.zst", [_gallery("g1", names), _gallery("g2", names, sub="pics"), {**_gallery("g3", names), "score": "7"}])
+    posts, _, rejects, report = _harvest(tmp_path, [rs])
+    assert sorted(p["id"] for p in posts) == ["reddit:g1", "reddit:g3"]
+    items = {(r["id"], r["reason"]) for r in rejects if r["reason"] in GALLERY_ITEM_REASONS}
+    expected = {("failed", "gallery_item_failed"), ("unprocessed", "gallery_item_failed"), ("no_url", "gallery_item_no_metadata"),
+                ("no_meta", "gallery_item_no_metadata"), ("item6", "gallery_item_no_metadata")}
+    assert items == {(f"reddit:{pid}:{media}", reason) for pid in ("g1", "g3") for media, reason in expected}
+    assert [r["reason"] for r in rejects if r["reason"] not in GALLERY_ITEM_REASONS] == ["subreddit_not_configured"]
+    assert report["rows_in"] == 3 == len(posts) + len(rejects) - len(items)
+    assert report["stats"]["gallery_items_dropped"] == len(items) == 10
 
 
 def test_harvest_keeps_image_posts_and_top_level_comments(tmp_path):
@@ -137,8 +183,28 @@ def test_demo_tables_match_the_row_by_row_harvest(tmp_path):
     got["rejects"] = pq.read_table(out / "posts.0.parquet.rejects.parquet").to_pylist()
     expected = json.loads((REPO / "tests" / "data" / "harvest_pushshift_demo_expected.json").read_text())
     assert sum(len(rows) for rows in expected.values()) == 30 + 73 + 80
+    # the recording predates gallery-item rejects: those are checked against the kept galleries
+    items = [r for r in got["rejects"] if r["reason"] in GALLERY_ITEM_REASONS]
+    got["rejects"] = [r for r in got["rejects"] if r["reason"] not in GALLERY_ITEM_REASONS]
     for name, rows in expected.items():
         assert got[name] == rows, name
+    galleries = {}
+    for path in config["files"]:
+        for line in read_zstd_lines(str(REPO / path)):
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue  # the sample's one bad line
+            if "title" in record and record.get("is_gallery"):
+                galleries[f"reddit:{record['id']}"] = record
+    kept = [p for t in ("posts.0", "posts.1") for p in got[t] if p["is_gallery"]]
+    assert kept and len(items) >= len(kept)
+    expected_items = []
+    for post in kept:
+        dropped = []
+        image_urls(galleries[post["id"]], tuple(params["image_extensions"]), dropped)
+        expected_items += [(f"{post['id']}:{media}", reason, detail) for media, reason, detail in dropped]
+    assert sorted((r["id"], r["reason"], r["detail"]) for r in items) == sorted(expected_items)
 
 
 def test_subreddit_byte_prefilter_agrees_with_the_parse(tmp_path):

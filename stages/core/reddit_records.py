@@ -15,13 +15,21 @@ A gallery keeps its items in `gallery_data.items` order, urls from `media_metada
 is left out of the gallery (`image_urls(..., dropped=[])` says which and why:
 gallery_item_failed, gallery_item_no_metadata), and a gallery left with no item is
 gallery_without_valid_images.
+
+`PlainPost` and `PlainComment` are the plain shape of a record, as msgspec types: a record that
+decodes into one (every field it has of its plain type, ids non-empty, numbers in int64) reads
+the same as the checks above read it, so it needs no further check; any other record goes through
+the checks, which name its defect. Fields the harvests do not read are not decoded.
 """
 from __future__ import annotations
 
 import html
 import re
 from operator import itemgetter
+from typing import Annotated
 from urllib.parse import urlsplit
+
+import msgspec
 
 from .stage import Reject
 
@@ -29,6 +37,58 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
 # i.redd.it urls are most image posts: this prefix fixes the host without a urlsplit
 _IREDDIT = ("https://i.redd.it/", "http://i.redd.it/")
+
+
+_Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
+_Id = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class _Source(msgspec.Struct, gc=False):
+    u: str | None = None
+    gif: str | None = None
+
+
+class _Media(msgspec.Struct, gc=False):
+    status: str | None  # required: an entry without it (`{}` included) is read by the checks
+    s: _Source | None = None
+
+
+class _GalleryItem(msgspec.Struct, gc=False):
+    media_id: str | None = None
+
+
+class _Gallery(msgspec.Struct, gc=False):
+    items: list[_GalleryItem] | None = None
+
+
+class PlainPost(msgspec.Struct, gc=False):
+    """A post whose fields all have their plain types (absent = null = the checks' default),
+    gallery keys included."""
+    id: _Id
+    subreddit: _Id
+    title: str = ""
+    selftext: str = ""
+    url: str = ""
+    is_gallery: bool = False
+    author: str | None = None
+    created_utc: _Int64 = 0
+    score: _Int64 = 0
+    num_comments: _Int64 = 0
+    over_18: bool = False
+    permalink: str = ""
+    gallery_data: _Gallery | None = None
+    media_metadata: dict[str, _Media] | None = None
+
+
+class PlainComment(msgspec.Struct, gc=False):
+    """A comment whose fields all have their plain types (absent = null = the checks' default)."""
+    id: _Id
+    link_id: _Id
+    parent_id: str = ""
+    body: str = ""
+    score: _Int64 = 0
+    author: str | None = None
+    created_utc: _Int64 = 0
 
 
 def _unescape(text: str) -> str:
@@ -122,6 +182,31 @@ def _gallery_urls(post: dict, dropped: list | None) -> list[str]:
     return urls
 
 
+def plain_gallery_urls(post: PlainPost, dropped: list) -> list[str]:
+    """`_gallery_urls` of a plain post: the same urls and dropped items."""
+    items = post.gallery_data.items if post.gallery_data else None
+    metadata = post.media_metadata or {}
+    urls = []
+    for position, item in enumerate(items or ()):
+        media_id = item.media_id
+        if media_id is None:
+            dropped.append((f"item{position}", "gallery_item_no_metadata", f"gallery item {position} has no media_id"))
+            continue
+        meta = metadata.get(media_id)
+        source = meta.s if meta is not None else None
+        url = source.u or source.gif if source is not None else None
+        status = meta.status if meta is not None else None
+        if status == "valid" and url:
+            urls.append(_unescape(url))
+        elif meta is None:
+            dropped.append((media_id, "gallery_item_no_metadata", f"{media_id}: not in media_metadata"))
+        elif status != "valid":
+            dropped.append((media_id, "gallery_item_failed", f"{media_id}: status {status!r}"))
+        else:
+            dropped.append((media_id, "gallery_item_no_metadata", f"{media_id}: valid but no source url"))
+    return urls
+
+
 def image_urls(post: dict, extensions: tuple[str, ...], dropped: list | None = None) -> tuple[list[str], str | None]:
     """The post's image urls in display order, or ([], reject reason); raises Reject
     (bad_field_type) for a field of the wrong type. `dropped`, when given, receives
@@ -129,18 +214,23 @@ def image_urls(post: dict, extensions: tuple[str, ...], dropped: list | None = N
     if _flag(post, "is_gallery"):
         urls = _gallery_urls(post, dropped)
         return (urls, None) if urls else ([], "gallery_without_valid_images")
-    url = _text(post, "url")
+    url = direct_image(_text(post, "url"), extensions)
+    return ([url], None) if url else ([], "no_image")
+
+
+def direct_image(url: str, extensions: tuple[str, ...]) -> str | None:
+    """A non-gallery post's url, `&amp;` unescaped, when it is a direct image; else None."""
     if "&" in url:
         url = _unescape(url)
     if url.startswith(_IREDDIT):
-        return [url], None
+        return url
     # a url without query or fragment whose path is not empty ends with its path: no urlsplit needed
     if url.lower().endswith(extensions) and "?" not in url and "#" not in url and "/" in url[url.find("//") + 2 :]:
-        return [url], None
+        return url
     parts = urlsplit(url)
     if parts.netloc.lower() == "i.redd.it" or parts.path.lower().endswith(extensions):
-        return [url], None
-    return [], "no_image"
+        return url
+    return None
 
 
 def record_id(record, required: str) -> str:
@@ -174,10 +264,6 @@ def post_fields(post: dict) -> tuple:
         return fields
     return (_text(post, "title"), _text(post, "selftext"), _text(post, "url"), _flag(post, "is_gallery"), _text(post, "author", None),
             int_field(post, "created_utc"), int_field(post, "score"), int_field(post, "num_comments"), _flag(post, "over_18"), _text(post, "permalink"))
-
-
-_COMMENT_FIELDS = ("id", "link_id", "parent_id", "body", "score", "author", "created_utc")
-comment_fields_fast = itemgetter(*_COMMENT_FIELDS)
 
 
 def comment_fields(comment) -> tuple:

@@ -10,7 +10,9 @@ post is known whichever file order is given.
 Kept posts: subreddit in the MAVIS Table 11 mapping (param `domains`), not NSFW unless asked,
 and with an image: a direct image url (i.redd.it or an image extension) or a gallery
 (`is_gallery`, order from `gallery_data.items`, urls from `media_metadata[id].s.u` with `&amp;`
-unescaped, items with `status == "valid"` only). Kept comments: top level (`parent_id` = `t3_…`)
+unescaped, items with `status == "valid"` only; each item left out of a kept post is a
+gallery_item_failed or gallery_item_no_metadata reject `reddit:<post id>:<media id>`, as in
+harvest_reddit_live). Kept comments: top level (`parent_id` = `t3_…`)
 under a kept post (`link_id` = `t3_<post id>`).
 
 Every record is checked at the boundary, field by field: a comment in full before its rules, a
@@ -35,9 +37,15 @@ Speed: a monthly dump is mostly other subreddits, so a post's subreddit is first
 line's bytes: a line that is one JSON object holding `"subreddit":"<name>"` and `"id":"<id>"` once
 each, without escapes, and naming an unconfigured subreddit, is a subreddit_not_configured reject
 without a parse (a post with an id already kept still goes to the duplicate rule). Any other line
-is parsed (orjson) and judged in full, so a malformed in-scope record is still named by its
-defect; a malformed record that plainly names an unconfigured subreddit is rejected as out of
-scope. Everything after the parse is batched per decompressed chunk: lines are counted at once,
+is first decoded (msgspec) into the plain shape of its kind (`PlainPost`, `PlainComment` in
+reddit_records: the fields the rules read, each of its plain type; the other fields are skipped,
+not built): such a record needs no field check. A line that does not decode so is parsed (orjson)
+and judged in full, so a malformed in-scope record is still named by its defect; a malformed
+record that plainly names an unconfigured subreddit is rejected as out of scope. msgspec does not
+check the bytes of the fields it skips, so a chunk that is not UTF-8 throughout goes the parsed
+way (bad_json for its bad lines); a number past a double's range in a field the harvest does not
+read is valid JSON and no longer a reason to reject the line. Everything after the decode is
+batched per decompressed chunk (a chunk's comments decoded at once): lines are counted at once,
 the cheapest rules run first, rejects are gathered and written as one Arrow batch
 (`ctx.reject_many`), kept rows are tuples gathered per shard and written as Arrow batches of the
 shard writer's batch size (so the Parquet files are the same, byte for byte, as row-by-row
@@ -47,34 +55,41 @@ while reading (parsed records hold no cycles).
 
 Outputs, one file per shard (stable hash of the post id, comments sharded with their post):
 `posts` (reddit_posts) and `comments` (reddit_comments).
-Invariant: records read (lines, plus one per truncated file) = posts + comments + rejected.
-Reject ids are `reddit:<id>`, or `<file>:<line>` for a line without a usable id.
+Invariant: records read (lines, plus one per truncated file) = posts + comments + rejected -
+dropped gallery items (those rejects are parts of kept posts, not records).
+Reject ids are `reddit:<id>` (`reddit:<post id>:<media id>` for a gallery item), or
+`<file>:<line>` for a line without a usable id.
 Reject reasons: bad_json, not_an_object, missing_field, bad_field_type, duplicate,
 subreddit_not_configured, nsfw, no_image, gallery_without_valid_images, not_top_level,
-post_not_kept, truncated_frame.
+post_not_kept, truncated_frame, gallery_item_failed, gallery_item_no_metadata.
 """
 from __future__ import annotations
 
+import codecs
 import gc
 import os
 import re
 from pathlib import Path
 from typing import Iterator
 
+import msgspec
 import orjson
 import pyarrow as pa
 import zstandard
 from tqdm import tqdm
 
 from stages.core.ids import shard_of
-from stages.core.reddit_records import INT64_MAX, INT64_MIN, bad_field, comment_fields, comment_fields_fast, image_urls, post_fields, record_id
+from stages.core.reddit_records import (PlainComment, PlainPost, bad_field, comment_fields, direct_image, image_urls, plain_gallery_urls,
+                                        post_fields, record_id)
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "2"
+VERSION = "3"
 
 MAX_WINDOW = 2**31  # pushshift dumps are compressed with --long=31
 _SUBMISSIONS = re.compile(r"^(RS_\d{4}-\d{2}|.+_submissions)\.zst$")
 _COMMENTS = re.compile(r"^(RC_\d{4}-\d{2}|.+_comments)\.zst$")
+
+GALLERY_ITEM_REASONS = ("gallery_item_failed", "gallery_item_no_metadata")
 
 
 class TruncatedFrame(Exception):
@@ -93,10 +108,12 @@ def dump_kind(path: str) -> str:
     )
 
 
-def read_zstd_batches(path: str, chunk_size: int = 1 << 20, progress: tqdm | None = None) -> Iterator[list[bytes]]:
-    """Yield the non-blank lines of a (multi-frame) zstd file, one list per compressed chunk read;
-    raise TruncatedFrame after the last complete line if the file ends mid-frame (the partial last
-    line is yielded, so it becomes a bad_json reject rather than vanishing)."""
+def read_zstd_chunks(path: str, chunk_size: int = 1 << 20, progress: tqdm | None = None) -> Iterator[tuple[bytes, list[bytes]]]:
+    """Yield (text, lines) per compressed chunk read of a (multi-frame) zstd file: the non-blank
+    lines that end in this chunk and the decompressed text they were split from (which may end
+    inside the next line); raise TruncatedFrame after the last complete line if the file ends
+    mid-frame (the partial last line is yielded, so it becomes a bad_json reject rather than
+    vanishing)."""
     dctx = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW)
     dobj = dctx.decompressobj()
     in_frame = False
@@ -118,20 +135,21 @@ def read_zstd_batches(path: str, chunk_size: int = 1 << 20, progress: tqdm | Non
                     dobj = dctx.decompressobj()
                 else:
                     compressed = b""
-            lines = (tail + b"".join(out)).split(b"\n")
+            text = tail + b"".join(out)
+            lines = text.split(b"\n")
             tail = lines.pop()
             lines = [line for line in lines if line and not line.isspace()]
             if lines:
-                yield lines
+                yield text, lines
     if tail and not tail.isspace():
-        yield [tail]
+        yield tail, [tail]
     if in_frame:
         raise TruncatedFrame(f"{path} ends inside a zstd frame")
 
 
 def read_zstd_lines(path: str, chunk_size: int = 1 << 20, progress: tqdm | None = None) -> Iterator[bytes]:
-    """The lines of `read_zstd_batches`, one at a time."""
-    for lines in read_zstd_batches(path, chunk_size, progress):
+    """The lines of `read_zstd_chunks`, one at a time."""
+    for _, lines in read_zstd_chunks(path, chunk_size, progress):
         yield from lines
 
 
@@ -170,6 +188,23 @@ def _plain_value(line: bytes, key: bytes) -> bytes | None:
     return value if end > start and b"\\" not in value else None
 
 
+def _valid_utf8(text: bytes) -> bool:
+    """Whether a chunk is UTF-8 throughout (an incomplete character at its end is the next line's).
+    msgspec does not check the bytes of the fields it skips; the JSON parse does."""
+    if text.isascii():
+        return True
+    try:
+        codecs.utf_8_decode(text, None, False)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+# msgspec's failures on a line: malformed JSON, a value off the plain types, invalid UTF-8 in a
+# field it reads, nesting too deep. Any of them sends the line to the checks, which name its defect.
+_NOT_PLAIN = (msgspec.DecodeError, ValueError, RecursionError)
+
+
 class _Harvest:
     """The rules, with the state they share across dumps (kept posts, seen comments)."""
 
@@ -189,6 +224,9 @@ class _Harvest:
         self.reject_ids: list[str] = []  # this chunk's rejects, written together by `flush`
         self.reject_reasons: list[str] = []
         self.reject_details: list[str] = []
+        self.gallery_items_dropped = 0
+        self.decode_post = msgspec.json.Decoder(PlainPost).decode
+        self.decode_comment = msgspec.json.Decoder(PlainComment).decode
 
     def reject(self, item_id: str, reason: str, detail: str) -> None:
         self.reject_ids.append(item_id)
@@ -233,16 +271,50 @@ class _Harvest:
         title, selftext, url, is_gallery, author, created, score, comments, over_18, permalink = post_fields(post)
         if over_18 and not self.include_nsfw:
             raise Reject("nsfw", subreddit)
-        urls, problem = image_urls(post, self.extensions)
+        dropped: list[tuple[str, str, str]] = []
+        urls, problem = image_urls(post, self.extensions, dropped)
         if problem:
             raise Reject(problem, url[:300])
+        self.keep(post_id, (post_id, subreddit, domain, title, selftext, url, urls, is_gallery, author, created, score, comments,
+                            over_18, permalink), dropped)
+
+    def plain_submission(self, post: PlainPost) -> None:
+        """`submission` for a post of plain types: no field check left."""
+        post_id = post.id
+        self.item = "reddit:" + post_id
+        if post_id in self.kept_posts:
+            raise Reject("duplicate", "post seen in an earlier dump")
+        subreddit = post.subreddit
+        domain = self.subreddit_domain.get(subreddit.lower())
+        if domain is None:
+            raise Reject("subreddit_not_configured", subreddit)
+        if post.over_18 and not self.include_nsfw:
+            raise Reject("nsfw", subreddit)
+        dropped: list[tuple[str, str, str]] = []
+        if post.is_gallery:
+            urls = plain_gallery_urls(post, dropped)
+            problem = None if urls else "gallery_without_valid_images"
+        else:
+            url = direct_image(post.url, self.extensions)
+            urls, problem = ([url], None) if url else ([], "no_image")
+        if problem:
+            raise Reject(problem, post.url[:300])
+        self.keep(post_id, (post_id, subreddit, domain, post.title, post.selftext, post.url, urls, post.is_gallery, post.author,
+                            post.created_utc, post.score, post.num_comments, post.over_18, post.permalink), dropped)
+
+    def keep(self, post_id: str, row: tuple, dropped: list[tuple[str, str, str]]) -> None:
+        """Keep a post (its row without the id column); its dropped gallery items become rejects."""
+        item_id = "reddit:" + post_id
+        for media_id, reason, detail in dropped:
+            self.reject(f"{item_id}:{media_id}", reason, detail)
+        self.gallery_items_dropped += len(dropped)
         shard = shard_of(item_id, self.shards)
         self.kept_posts[post_id] = shard
-        self.posts.rows[shard].append((item_id, post_id, subreddit, domain, title, selftext, url, urls, is_gallery, author,
-                                       created, score, comments, over_18, permalink))
+        self.posts.rows[shard].append((item_id, *row))
 
-    def read_submissions(self, lines: list[bytes], name: str, line_no: int) -> None:
+    def read_submissions(self, lines: list[bytes], name: str, line_no: int, plain: bool) -> None:
         loads, reject, out_of_scope, configured = orjson.loads, self.reject, self.out_of_scope, self.configured
+        decode = self.decode_post
         for line in lines:
             line_no += 1
             # a first look at the bytes costs a fraction of a parse: only a post that looks out of
@@ -254,37 +326,50 @@ class _Harvest:
                     reject("reddit:" + scope[0], "subreddit_not_configured", scope[1])
                     continue
             self.item = None
+            post = None
+            if plain:
+                try:
+                    post = decode(line)
+                except _NOT_PLAIN:
+                    pass
             try:
-                self.submission(loads(line))
+                if post is None:
+                    self.submission(loads(line))
+                else:
+                    self.plain_submission(post)
             except orjson.JSONDecodeError as err:
                 reject(f"{name}:{line_no}", "bad_json", str(err))
             except Reject as rejected:
                 reject(self.item or f"{name}:{line_no}", rejected.reason, rejected.detail)
 
-    def read_comments(self, lines: list[bytes], name: str, line_no: int) -> None:
-        """The comment rules, inline: this loop runs once per comment, the bulk of a dump. A
-        comment whose fields all have their plain types skips `comment_fields` (same values)."""
-        loads, reject, fast, checked = orjson.loads, self.reject, comment_fields_fast, comment_fields
+    def read_comments(self, lines: list[bytes], name: str, line_no: int, plain: bool) -> None:
+        """The comment rules, inline: this loop runs once per comment, the bulk of a dump. A chunk's
+        comments are decoded as plain records at once; a line that is not one is parsed and checked
+        (`comment_fields`), which names its defect."""
+        loads, reject, checked, decode = orjson.loads, self.reject, comment_fields, self.decode_comment
         seen, kept, rows = self.seen_comments, self.kept_posts, self.comments.rows
-        for line in lines:
-            line_no += 1
+        records: list = [None] * len(lines)
+        if plain:
             try:
-                record = loads(line)
-                comment_id, link_id, parent_id, body, score, author, created = fast(record)
-            except orjson.JSONDecodeError as err:
-                reject(f"{name}:{line_no}", "bad_json", str(err))
-                continue
-            except (KeyError, TypeError):
-                comment_id = None  # not an object, or a field is missing: the checked path says which
-            if not (comment_id and type(comment_id) is str is type(link_id) is type(parent_id) is type(body)
-                    and type(score) is int is type(created) and link_id and (author is None or type(author) is str)
-                    and INT64_MIN <= score <= INT64_MAX and INT64_MIN <= created <= INT64_MAX):
+                records = [decode(line) for line in lines]
+            except _NOT_PLAIN:
+                records = [self.plain_comment(line) for line in lines]
+        for line, record in zip(lines, records):
+            line_no += 1
+            if record is not None:
+                comment_id, link_id, parent_id = record.id, record.link_id, record.parent_id
+            else:
                 try:
+                    record = loads(line)
                     comment_id, link_id, parent_id, body, score, author, created = checked(record)
+                except orjson.JSONDecodeError as err:
+                    reject(f"{name}:{line_no}", "bad_json", str(err))
+                    continue
                 except Reject as rejected:
                     valid_id = type(record) is dict and type(record.get("id")) is str and record.get("id")
                     reject(f"reddit:{record['id']}" if valid_id else f"{name}:{line_no}", rejected.reason, rejected.detail)
                     continue
+                record = PlainComment(comment_id, link_id, parent_id, body, score, author, created)
             if comment_id in seen:
                 reject("reddit:" + comment_id, "duplicate", "comment seen in an earlier dump")
                 continue
@@ -297,7 +382,13 @@ class _Harvest:
             if shard is None:
                 reject("reddit:" + comment_id, "post_not_kept", link_id)
                 continue
-            rows[shard].append(("reddit:" + comment_id, "reddit:" + post_id, body, score, author, created))
+            rows[shard].append(("reddit:" + comment_id, "reddit:" + post_id, record.body, record.score, record.author, record.created_utc))
+
+    def plain_comment(self, line: bytes) -> PlainComment | None:
+        try:
+            return self.decode_comment(line)
+        except _NOT_PLAIN:
+            return None
 
     def read(self, path: str, progress: tqdm) -> None:
         """Every line of one dump through the rules of its kind."""
@@ -307,9 +398,9 @@ class _Harvest:
         judge = self.read_submissions if dump_kind(path) == "submissions" else self.read_comments
         line_no = 0
         try:
-            for lines in read_zstd_batches(path, progress=progress):
+            for text, lines in read_zstd_chunks(path, progress=progress):
                 ctx.add_input(len(lines))
-                judge(lines, name, line_no)
+                judge(lines, name, line_no, _valid_utf8(text))
                 line_no += len(lines)
                 self.flush()
         except TruncatedFrame as err:
@@ -344,6 +435,16 @@ def run(ctx):
         if collecting:
             gc.enable()
     ctx.stats["kept_posts"] = len(harvest.kept_posts)
+    ctx.stats["gallery_items_dropped"] = harvest.gallery_items_dropped
+
+
+def invariant(ctx) -> str | None:
+    """Dropped gallery items are rejects that are parts of kept posts, not records read."""
+    items = sum(ctx.rejected_by_reason[r] for r in GALLERY_ITEM_REASONS)
+    out = ctx.rows_out("posts") + ctx.rows_out("comments")
+    if ctx.rows_in != out + ctx.rejected - items:
+        return f"records {ctx.rows_in} != posts and comments {out} + rejected {ctx.rejected - items} (besides {items} gallery items)"
+    return None
 
 
 STAGE = Stage(
@@ -361,6 +462,7 @@ STAGE = Stage(
         "include_nsfw": Param(bool, False, "keep posts marked over_18"),
     },
     run=run,
+    invariant=invariant,
 )
 
 if __name__ == "__main__":

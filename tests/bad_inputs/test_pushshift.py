@@ -55,6 +55,9 @@ REJECTED_POSTS = {
     "json_string": (b'"just text"', "not_an_object", "RS_2023-01.zst:2", ["str"]),
     "broken_json": (b'{"id": "bad", "title": "unterminated', "bad_json", "RS_2023-01.zst:2", ["unexpected"]),
     "invalid_utf8": (b'{"id": "bad", "title": "caf\xe9"}', "bad_json", "RS_2023-01.zst:2", ["UTF-8"]),
+    # a field the harvest does not read is skipped by the typed decode, yet its bytes still count
+    "invalid_utf8_unread_field": (b'{"id": "bad", "subreddit": "askscience", "url": "https://i.redd.it/bad.jpg", "flair": "caf\xe9"}',
+                                  "bad_json", "RS_2023-01.zst:2", ["UTF-8"]),
     "score_is_a_word": (_post(score="ten"), "bad_field_type", "reddit:bad", ["score", "'ten'", "str"]),
     "created_utc_is_iso": (_post(created_utc="2023-01-05T10:00:00Z"), "bad_field_type", "reddit:bad", ["created_utc", "2023-01-05"]),
     "score_past_int64": (_post(score=2**64 - 1), "bad_field_type", "reddit:bad", ["score", str(2**64 - 1)]),
@@ -86,6 +89,7 @@ REJECTED_COMMENTS = {
     "comment_body_is_an_object": (_comment(body={"text": "x"}), "bad_field_type", "reddit:k1", ["body", "dict"]),
     "comment_id_is_an_integer": (_comment(cid=77), "bad_field_type", "RC_2023-01.zst:2", ["id", "77"]),
     "comment_is_an_array": ([_comment()], "not_an_object", "RC_2023-01.zst:2", ["list"]),
+    "comment_invalid_utf8_unread_field": (orjson.dumps(_comment())[:-1] + b', "flair": "\xff"}', "bad_json", "RC_2023-01.zst:2", ["UTF-8"]),
 }
 
 
