@@ -64,7 +64,7 @@ def main() -> None:
     config = yaml.safe_load(Path(args.config).read_text())
     provider = GoogleSearch(config["retrieval"]["search_web"]["google"], need_key=False)
     top_k = config["mavis"]["retrieve_fact_documents"]["image_top_k"]
-    paths = sorted(glob.glob(args.facts))
+    paths = sorted(p for p in glob.glob(args.facts) if not p.endswith(".rejects.parquet"))
     if not paths:
         sys.exit(f"no facts at {args.facts}: run the demo up to extract_atomic_facts first")
     queries = sorted({row["text"] for path in paths for row in pq.read_table(path, columns=["text"]).to_pylist() if row["text"].strip()})
