@@ -10,12 +10,13 @@ import json
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
 from conftest import run_stage
 from stages.core.images import ImageStore
-from stages.core.tables import write_table
+from stages.core.tables import REJECTS_SCHEMA, write_table
 
 
 def _instance(post, comment, domain):
@@ -84,6 +85,12 @@ def _sample(tmp_path, paths, **params):
 def _release(tmp_path, paths, store, sheet=None, check=True):
     manifest = tmp_path / "release.json"
     inputs = [f"--input={k}={paths[k]}" for k in ("instances", "questions", "facts", "documents", "judged", "document_images", "question_images")]
+    for folder in ("cache_images", "fact_cache_images"):  # one shared stage under two rules: counted apart
+        rejects = tmp_path / folder / "images_cached.00000.parquet.rejects.parquet"
+        rejects.parent.mkdir(exist_ok=True)
+        pq.write_table(pa.Table.from_pylist([{"id": "imgref:x", "stage": "cache_images", "reason": "http_404", "detail": ""}],
+                                            schema=REJECTS_SCHEMA), rejects)
+        inputs.append(f"--input=rejects={rejects}")
     result = run_stage("release_mavis", *inputs, *([f"--input=annotations={sheet}"] if sheet else []), f"--output=manifest={manifest}",
                        "--params", json.dumps({"name": "rel", "releases_dir": str(tmp_path / "releases"), "image_store": str(store.root)}),
                        check=check)
@@ -133,7 +140,8 @@ def test_release_honours_the_filled_sheet_and_copies_images(tmp_path):
     assert sorted(con.execute("select sha256, role, path from images").fetchall()) == sorted(
         [(s1, "document", f"images/{s1}.jpg"), (s3, "question", f"images/{s3}.jpg")])
     assert sorted(p.name for p in (folder / "images").iterdir()) == sorted([f"{s1}.jpg", f"{s3}.jpg"])
-    assert ("annotation", "irrelevant", 1) in con.execute("select * from reject_counts").fetchall()
+    assert sorted(con.execute("select * from reject_counts").fetchall()) == [
+        ("annotation", "irrelevant", 1), ("cache_images", "http_404", 1), ("fact_cache_images", "http_404", 1)]
     records = {r["id"]: r for r in map(json.loads, (folder / "mavis.jsonl").read_text().splitlines())}
     assert records["reddit:q1/c1"]["split"] == "test" and records["reddit:q1/c1"]["images"] == [f"images/{s3}.jpg"]
     assert [(f["fact_id"], f["positive_doc_ids"]) for f in records["reddit:q1/c1"]["facts"]] == [("f1", ["c4:a"]), ("f3", [])]

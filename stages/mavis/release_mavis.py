@@ -19,7 +19,8 @@ decisions, plus the human-annotated test split.
 - `images`: (sha256, path `images/<sha256>.jpg`, width, height, url, role question | document)
   of the released questions and image documents, the files copied under images/ (stored PNG, GIF
   or WEBP re-encoded as JPEG so every path ends in .jpg; the name stays the stored sha256);
-- `reject_counts`: (stage, reason, rows) over every upstream stage's rejects sidecar;
+- `reject_counts`: (stage, reason, rows) over every upstream stage's rejects sidecar (a shared stage
+  run under a prefixed rule, e.g. fact_cache_images, counts under the rule's name);
 `mavis.jsonl` (one record per instance: question, post body, image paths, gold answer, split and
 its facts, each with its positive (entailed) document ids) and a dataset card README.md whose
 numbers (Table 1 columns for all and for the test split, counts by domain and by reject reason)
@@ -46,7 +47,7 @@ from stages.core.images import ImageStore
 from stages.core.release import md_table, publish_release, reject_counts
 from stages.core.review import read_sheet
 from stages.core.stage import Input, Output, Param, Stage, StageError
-from stages.core.tables import table_schema
+from stages.core.tables import read_tables, table_schema
 
 VERSION = "3"
 
@@ -165,6 +166,21 @@ def write_jsonl(folder: Path, tables: dict[str, pa.Table]) -> None:
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
+def _rejects_by_rule(ctx) -> pa.Table:
+    """Every rejects sidecar, each row's stage named after the rule when a family runs a shared
+    stage under a prefixed rule (the fact images' `fact_cache_images` folder holds cache_images'
+    rejects), so the post and the fact images count apart."""
+    tables = []
+    for path in ctx.input_paths("rejects") if ctx.has_input("rejects") else []:
+        table = read_tables([path])
+        folder = Path(path).parent.name
+        stages = set(table.column("stage").to_pylist())
+        if len(stages) == 1 and folder != next(iter(stages)) and folder.endswith("_" + next(iter(stages))):
+            table = table.set_column(table.schema.get_field_index("stage"), "stage", pa.array([folder] * table.num_rows, pa.string()))
+        tables.append(table)
+    return pa.concat_tables(tables) if tables else ctx.read("rejects")
+
+
 def run(ctx):
     p = ctx.params
     raw = ctx.read("instances").sort_by("id")
@@ -225,7 +241,7 @@ def run(ctx):
               select di.sha256, di.width, di.height, di.url, 'document', di.position from doc_images di
                 join documents d on d.image_sha256 = di.sha256 and d.url = di.url)
             order by sha256, role, url""").to_arrow_table().cast(IMAGES)
-    counts = reject_counts(ctx.read("rejects"))
+    counts = reject_counts(_rejects_by_rule(ctx))
     if irrelevant:
         counts = pa.concat_tables([counts, pa.table({"stage": ["annotation"], "reason": ["irrelevant"],
                                                      "rows": pa.array([len(irrelevant)], pa.int64())})])
