@@ -17,6 +17,7 @@ if IMAGES.get("enabled", False) and config.get("mavis", {}).get("enabled", False
             **_replay,
         output:
             images=run_path("mavis", "cache_images", "images_cached", "{shard}"),
+            sidecar_rejects=run_path("mavis", "cache_images", "images_cached", "{shard}") + ".rejects.parquet",
             **_record,
         params:
             io=stage_io,
@@ -40,6 +41,7 @@ if IMAGES.get("enabled", False) and config.get("mavis", {}).get("enabled", False
             texts=run_path("mavis", "filter_questions", "questions", "{shard}"),
         output:
             images=run_path("mavis", "filter_images", "images_filtered", "{shard}"),
+            sidecar_rejects=run_path("mavis", "filter_images", "images_filtered", "{shard}") + ".rejects.parquet",
         params:
             io=stage_io,
             version=stage_version("filter_images"),
@@ -62,6 +64,7 @@ if IMAGES.get("enabled", False) and config.get("mavis", {}).get("enabled", False
             images=run_path("mavis", "filter_images", "images_filtered", "{shard}"),
         output:
             images=run_path("mavis", "phash_dedup", "images_deduped", "{shard}"),
+            sidecar_rejects=run_path("mavis", "phash_dedup", "images_deduped", "{shard}") + ".rejects.parquet",
         params:
             io=stage_io,
             version=stage_version("phash_dedup"),

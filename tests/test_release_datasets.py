@@ -64,7 +64,7 @@ def test_every_family_release_loads_with_datasets(tmp_path):
     store, el, _ = build_mcitebench(tmp_path / "mc")
     mcitebench = Path(release_mcitebench(tmp_path / "mc", store, el)[0]["path"])
     m2rag = _m2rag(tmp_path)
-    assert "Empty in this release, so not a config: facts, reject_counts." in (mavis / "README.md").read_text()
+    assert "Empty in this release, so not a config: facts, documents, fact_documents, images, reject_counts." in (mavis / "README.md").read_text()
     assert "instances" in _check_loads(mavis, tmp_path / "cache", "MAVIS: A Benchmark for Multimodal Source Attribution")
     assert "questions" in _check_loads(mcitebench, tmp_path / "cache", "MCiteBench: A Multimodal Benchmark")
     assert "queries" in _check_loads(m2rag, tmp_path / "cache", "Multi-modal Retrieval Augmented Multi-modal Generation")

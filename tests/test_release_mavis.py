@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import duckdb
@@ -58,13 +57,14 @@ def test_release_tables_card_and_stable_version(tmp_path):
     rejects = [[{"id": "x", "stage": "filter_questions", "reason": "no_long_answer", "detail": ""}] * 2]
     manifest = _build(tmp_path, shards, rejects)
     folder = Path(manifest["path"])
-    assert manifest["tables"] == {"instances": 4, "questions": 3, "facts": 0, "reject_counts": 1}
+    assert manifest["tables"] == {"instances": 4, "questions": 3, "facts": 0, "documents": 0, "fact_documents": 0, "images": 0,
+                                  "reject_counts": 1}
     con = duckdb.connect(str(folder / "benchmark.duckdb"), read_only=True)
     by_domain = dict(con.execute("select domain, count(*) from instances group by 1").fetchall())
     assert by_domain == {"Science": 3, "Business": 1}
     assert con.execute("select * from reject_counts").fetchall() == [("filter_questions", "no_long_answer", 2)]
     card = (folder / "README.md").read_text()
-    assert "| Science | 2 | 3 |" in card and "| Business | 1 | 1 |" in card
+    assert "| Science | 2 | 3 | 0 |" in card and "| Business | 1 | 1 | 0 |" in card
     assert "| filter_questions | no_long_answer | 2 |" in card
     assert duckdb.connect().execute(f"select count(*) from '{folder}/parquet/instances.parquet'").fetchone()[0] == 4
     # identical inputs and params: identical version; one changed row: a new version
@@ -83,10 +83,12 @@ def test_release_keeps_only_released_instances_and_their_facts(tmp_path):
     shards[0][1].pop()  # reddit:2's only instance was dropped (e.g. by the visual-dependency filter)
     facts = [_fact("reddit:1/c1", 0), _fact("reddit:1/c1", 1), _fact("reddit:3/c4", 0), _fact("reddit:2/c3", 0)]
     manifest = _build(tmp_path, shards, [], facts)
-    assert manifest["tables"] == {"instances": 3, "questions": 2, "facts": 3, "reject_counts": 0}
+    assert manifest["tables"] == {"instances": 3, "questions": 2, "facts": 3, "documents": 0, "fact_documents": 0, "images": 0,
+                                  "reject_counts": 0}
     folder = Path(manifest["path"])
     records = [json.loads(line) for line in (folder / "mavis.jsonl").read_text().splitlines()]
     assert [(r["id"], [f["fact_id"] for f in r["facts"]]) for r in records] == [
         ("reddit:1/c1", ["reddit:1/c1#0.0", "reddit:1/c1#0.1"]), ("reddit:1/c2", []), ("reddit:3/c4", ["reddit:3/c4#0.0"])]
     card = (folder / "README.md").read_text()
-    assert re.search(r"\| 2 \| 4 \| 3 \| 3\.0 \| 3 \| 2 \|", card)  # questions, images, answers, words, facts, instances with facts
+    # split, Q, I (no post image is in the store in this test), A, D_T/Q, D_I/Q, answer words, facts
+    assert "| all | 2 | 0 | 3 | 0.0 | 0.0 | 3.0 | 3 |" in card

@@ -3,15 +3,15 @@ rerun after a config change, and a typo'd config key failing before any job."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
+from pathlib import Path
 
 import duckdb
 import pytest
 import yaml
 
-from conftest import run_snakemake
+from conftest import make_up_to_date, run_snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +47,21 @@ def test_demo_release_rerun_and_catalog(workflow_copy):
     filtered = con.execute("select count(*) from mavis.filter_questions_rejects").fetchone()[0]
     assert posts == sum(by_domain.values()) + filtered
 
+    # the per-fact documents (§3.2 Step 2): every table, a fact with a scored text and a scored image
+    # document, the image files, every upstream stage's rejects, the annotators' sheet
+    folder = Path(manifest["path"])
+    rel = duckdb.connect(str(folder / "benchmark.duckdb"), read_only=True)
+    assert set(manifest["tables"]) == {"instances", "questions", "facts", "documents", "fact_documents", "images", "reject_counts"}
+    both = rel.execute("""select count(*) from (select fd.fact_id from fact_documents fd join documents d using (doc_id)
+                          group by 1 having count(distinct d.modality) = 2)""").fetchone()[0]
+    assert both >= 1
+    shas = [r[0] for r in rel.execute("select sha256 from images where role = 'document'").fetchall()]
+    assert shas and all((folder / "images" / f"{sha}.jpg").exists() for sha in shas)
+    assert {"harvest_pushshift", "filter_questions", "cache_images"} <= {r[0] for r in rel.execute("select stage from reject_counts").fetchall()}
+    rel.close()
+    sheet = workflow_copy / "data/runs/demo/mavis/sample_annotation/annotation_sheet.csv"
+    assert sheet.exists() and sheet.read_text().startswith("instance_id,domain,question,fact_id,fact,relevant")
+
     # the duckdb CLI (an older reader than the Python module) opens the catalog from another folder
     con.close()
     cli = subprocess.run(["duckdb", str(workflow_copy / "data/runs/demo/catalog.duckdb"), "-csv", "-noheader",
@@ -58,8 +73,10 @@ def test_demo_release_rerun_and_catalog(workflow_copy):
 
     changed = _only_mavis(workflow_copy, min_answer_chars=300)
     planned = run_snakemake(workflow_copy, "release", "--configfile", str(changed), "--dry-run")
-    assert _jobs(planned.stdout) == ["build_catalog", "cache_images", "extract_atomic_facts", "filter_images", "filter_questions",
-                                     "filter_visual_dependency", "phash_dedup", "release", "release_mavis"]
+    assert _jobs(planned.stdout) == ["build_catalog", "cache_images", "decide_entailment", "extract_atomic_facts", "fact_cache_images",
+                                     "fact_filter_images", "fact_phash_dedup", "filter_entailment_image", "filter_entailment_text",
+                                     "filter_images", "filter_questions", "filter_visual_dependency", "phash_dedup", "release",
+                                     "release_mavis", "retrieve_fact_documents", "sample_annotation"]
     # the post images (rules/images.smk) descend from the questions, the instance filters from both
 
 
@@ -77,28 +94,30 @@ def test_bad_config_fails_before_any_job(workflow_copy, text, message):
 
 
 MAVIS_RELEASE = "data/runs/demo/mavis/release_mavis/release.json"
+MAVIS_SAMPLE = "data/runs/demo/mavis/sample_annotation/annotation_sample.parquet"
+DOWNSTREAM_OF_ENTAILMENT = {"decide_entailment", "sample_annotation", "release_mavis"}
 
 
-def _planned_for(workdir, target):
-    out = run_snakemake(workdir, target, "-n", "--rerun-triggers", "mtime").stdout
+def _planned_for(workdir, *targets):
+    out = run_snakemake(workdir, *targets, "-n", "--rerun-triggers", "mtime").stdout
     return set(re.findall(r"^(?:local)?rule (\w+):", out, re.M))
 
 
 def test_table10_prompt_edit_reruns_exactly_extract_atomic_facts_and_descendants(workflow_copy):
-    """Every output made up to date (empty files, newer than all code, prompts and schemas), then
-    the Table 10 prompt edited: the dry run plans extract_atomic_facts and the release, nothing else."""
-    stamp = 1_700_000_000
-    for folder in ("stages", "prompts", "schemas", "rules"):
-        for path in (workflow_copy / folder).rglob("*"):
-            if path.is_file():
-                os.utime(path, (stamp, stamp))
-    for line in run_snakemake(workflow_copy, MAVIS_RELEASE, "--summary").stdout.splitlines()[1:]:
-        path = workflow_copy / line.split("\t")[0]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f'{{"path": "{path}"}}' if path.name == "release.json" else "")
-    run_snakemake(workflow_copy, MAVIS_RELEASE, "--touch")
-    assert _planned_for(workflow_copy, MAVIS_RELEASE) == set()
+    """Every output made up to date, then the Table 10 prompt edited: the dry run plans
+    extract_atomic_facts and everything downstream of the facts (per-fact documents, their images,
+    entailment, the annotation sample, the release), nothing upstream; an App. A.3 image prompt
+    edit plans only the image entailment and what follows it."""
+    make_up_to_date(workflow_copy, MAVIS_RELEASE, MAVIS_SAMPLE)
+    assert _planned_for(workflow_copy, MAVIS_RELEASE, MAVIS_SAMPLE) == set()
 
     prompt = workflow_copy / "prompts/mavis_fact_filter.md"
     prompt.write_text(prompt.read_text().replace("You and your partners decide", "You and your partners carefully decide"))
-    assert _planned_for(workflow_copy, MAVIS_RELEASE) == {"extract_atomic_facts", "release_mavis"}
+    assert _planned_for(workflow_copy, MAVIS_RELEASE, MAVIS_SAMPLE) == {
+        "extract_atomic_facts", "retrieve_fact_documents", "fact_cache_images", "fact_filter_images", "fact_phash_dedup",
+        "filter_entailment_text", "filter_entailment_image", *DOWNSTREAM_OF_ENTAILMENT}
+
+    make_up_to_date(workflow_copy, MAVIS_RELEASE, MAVIS_SAMPLE)
+    prompt = workflow_copy / "prompts/mavis_entail_image.md"
+    prompt.write_text(prompt.read_text().replace("Determine whether", "Decide whether"))
+    assert _planned_for(workflow_copy, MAVIS_RELEASE, MAVIS_SAMPLE) == {"filter_entailment_image", *DOWNSTREAM_OF_ENTAILMENT}

@@ -37,17 +37,19 @@ def check_quotas(quotas: dict) -> list[str]:
     return problems
 
 
-def _total(quotas: dict) -> int:
+def _total(quotas: dict, dimensions: tuple[str, ...]) -> int:
     if quotas.get("total") is not None:
         return quotas["total"]
-    sums = [sum(quotas[d].values()) for d in DIMENSIONS if quotas.get(d)]
+    sums = [sum(quotas[d].values()) for d in dimensions if quotas.get(d)]
     return max(sums) if sums else 0
 
 
-def sample(questions: list[dict], quotas: dict) -> tuple[list[dict], list[dict]]:
-    """(chosen questions in input order, achieved rows: dimension, value, target, available, achieved)."""
-    targets = {d: dict(quotas[d]) for d in DIMENSIONS if quotas.get(d)}
-    total = _total(quotas)
+def sample(questions: list[dict], quotas: dict, dimensions: tuple[str, ...] = DIMENSIONS) -> tuple[list[dict], list[dict]]:
+    """(chosen questions in input order, achieved rows: dimension, value, target, available, achieved).
+    `dimensions`: the item keys quotas may target (MCiteBench's by default; MAVIS's annotation
+    subset balances `domain`)."""
+    targets = {d: dict(quotas[d]) for d in dimensions if quotas.get(d)}
+    total = _total(quotas, dimensions)
     supply = {d: collections.Counter(q[d] for q in questions) for d in targets}
     rng = seeded_rng(quotas.get("seed", 0), "release-quotas")
     order = sorted(questions, key=lambda q: q["id"])
