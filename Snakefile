@@ -23,6 +23,7 @@ include: "rules/m2rag.smk"
 include: "rules/openreview.smk"
 include: "rules/mcitebench.smk"
 include: "rules/eval_mcitebench.smk"
+include: "rules/eval_mavis.smk"
 include: "rules/citeeval.smk"
 include: "rules/report.smk"
 

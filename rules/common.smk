@@ -16,6 +16,7 @@ CATALOG_FILE = f"{RUNDIR}/catalog.duckdb"
 RELEASES = []  # release manifests, appended by each enabled family
 EVALUATIONS = []  # evaluation reports, appended by each family that can be evaluated
 CATALOG_TABLES = []  # stage outputs the catalog exposes, appended by each family
+EVAL_TABLES = []  # evaluation outputs the catalog exposes when they exist (it never runs an evaluation for them)
 
 
 def stage_code(name):
