@@ -116,7 +116,7 @@ def plain_text(text: str) -> str:
     text = _BRACKET.sub("", text)
     text = re.sub(r"^\s{0,3}(?:#{1,6}\s+|[-*+]\s+|\d+[.)]\s+|>\s?)", "", text, flags=re.M)
     text = re.sub(r"(\*\*|__|\*|`)", "", text)
-    return re.sub(r"\s+", " ", text).strip()
+    return re.sub(r"\s+([.,;:!?])", r"\1", re.sub(r"\s+", " ", text)).strip()
 
 
 # ---- scores ------------------------------------------------------------------------------------

@@ -68,11 +68,17 @@ def mauve_value(gold: list[str], answers: list[str], params: dict, featurize) ->
 
 
 def sentence_featurizer():
-    from stages.core.text_index import load_encoder
+    """all-MiniLM-L6-v2 features, the encoder loaded on first use (no MAUVE, no load)."""
+    loaded = []
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    encoder = load_encoder()
-    return lambda texts: encoder.encode(texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False).astype(np.float32)
+    def featurize(texts: list[str]) -> np.ndarray:
+        if not loaded:
+            from stages.core.text_index import load_encoder
+
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            loaded.append(load_encoder())
+        return loaded[0].encode(texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False).astype(np.float32)
+    return featurize
 
 
 def run(ctx):
@@ -112,7 +118,7 @@ def run(ctx):
     by_group = collections.defaultdict(list)
     for r in responses:
         by_group[(r["model"], r["setting"], r["method"])].append(r)
-    featurize = sentence_featurizer() if params["mauve_featurizer"] == "sentence-encoder" and responses else None
+    featurize = sentence_featurizer()
     note = ENCODER_NOTE if params["mauve_featurizer"] == "sentence-encoder" else f"MAUVE over {params['mauve_featurizer']} features"
     summary = []
     for (model, setting, method, scoring), members in sorted(groups.items()):
