@@ -15,7 +15,8 @@ split into sentences with their citations, then judged for completeness, relevan
   the judge's `vision`).
 Labels fully / partially / not become 1 / 0.5 / 0. A failed judge call (invalid after retries) is a
 row with ok false and no score: the score stage treats it as missing, never as 0. An empty answer
-asks nothing (it scores 0, see response_scores).
+asks nothing: its facts get "not addressed" rows without a call (raw says so), and it scores 0
+(see response_scores).
 
 Inputs: responses (mavis_eval_responses), release.
 Outputs: judgements (mavis_eval_judgements), sentences (mavis_eval_sentences); neither counted.
@@ -34,6 +35,7 @@ from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 VERSION = "1"
 PROMPTS = {"completeness": "mavis_eval_completeness", "relevance": "mavis_eval_relevance", "support": "mavis_eval_support",
            "support_doc": "mavis_eval_support"}
+EMPTY = "(empty answer: not sent to the judge)"
 
 
 def sentence_rows(response: dict) -> list[dict]:
@@ -82,23 +84,27 @@ def run(ctx):
             return LLMRequest(id=rid, prompt=PROMPTS["support"], images=images, sampling=sampling,
                               variables={"statement": statement, "question": question, "documents": views})
 
-        keys, requests = [], []
+        keys, requests, empty = [], [], []
         for response in ctx.read_rows("responses"):
             ctx.add_input()
             ctx.stats["responses_judged"] += 1
             sentences = sentence_rows(response)
             ctx.write("sentences", sentences)
-            if not sentences:
-                ctx.stats["empty_answers"] += 1
-                continue
             instance = instances.get(response["instance_id"])
             if instance is None:
                 raise StageError(f"response {response['id']}: instance {response['instance_id']} is not in the release {folder}")
-            q_images = [model_image(store, folder, r, params["max_image_side"]) for r in question_images(instance, release["images"])] if vision else []
-            answer = strip_citations(response["answer"])
             base = {"response_id": response["id"], "model": response["model"], "judge": params["judge"],
                     "instance_id": response["instance_id"], "setting": response["setting"], "method": response["method"],
                     "doc_modality": None, "vision": vision}
+            if not sentences:  # nothing to judge: every fact is not addressed, recorded without a call
+                ctx.stats["empty_answers"] += 1
+                empty.extend({**base, "id": content_id("mj", response["id"], "completeness", None, fact["fact_id"], None),
+                              "kind": "completeness", "sentence_index": None, "fact_id": fact["fact_id"], "doc_number": None,
+                              "label": "not addressed", "score": 0.0, "ok": True, "error": None, "raw": EMPTY}
+                             for fact in facts.get(response["instance_id"], []))
+                continue
+            q_images = [model_image(store, folder, r, params["max_image_side"]) for r in question_images(instance, release["images"])] if vision else []
+            answer = strip_citations(response["answer"])
             for fact in facts.get(response["instance_id"], []):
                 keys.append({**base, "kind": "completeness", "sentence_index": None, "fact_id": fact["fact_id"], "doc_number": None})
                 requests.append(LLMRequest(id=fact["fact_id"], prompt=PROMPTS["completeness"], sampling=sampling,
@@ -126,7 +132,7 @@ def run(ctx):
             rows.append({**key, "id": content_id("mj", key["response_id"], key["kind"], key["sentence_index"], key["fact_id"], key["doc_number"]),
                          "label": label, "score": label_score(label) if label else None, "ok": answer.ok,
                          "error": answer.error, "raw": answer.raw})
-        ctx.write("judgements", rows)
+        ctx.write("judgements", rows + empty)
 
 
 def _invariant(ctx) -> str | None:
