@@ -17,7 +17,9 @@ def _mavis_release():
     return str(Path(given) / "benchmark.duckdb") if Path(given).is_dir() else given
 
 
-if EM.get("enabled", False):
+# With release null the evaluation needs this run's MAVIS release: it is skipped when the MAVIS
+# family is off (a config that turns MAVIS off to evaluate something else needs no eval_mavis edit).
+if EM.get("enabled", False) and (EM.get("release") or config.get("mavis", {}).get("enabled", False)):
     _EM_MODELS = EM["models"]
     _EM_M = [f"{i:05d}" for i in range(len(_EM_MODELS))]
     _EM_JUDGE = {"judge": EM["judge"]["name"], "llm": llm_settings(config.get("llm"), EM["judge"].get("llm")),
