@@ -81,7 +81,8 @@ STAGE = Stage(
     name="build_catalog",
     version=VERSION,
     doc=__doc__,
-    inputs={"tables": Input("stage output Parquet files in the run layout (any table: each becomes a view)", many=True, kind="file")},
+    inputs={"tables": Input("stage output Parquet files in the run layout (any table: each becomes a view)", many=True, kind="file",
+                            optional=True)},  # none: a run of evaluations only
     outputs={"catalog": Output(None, "the catalog DuckDB file")},
     params={"evaluation_tables": Param(list, [], "evaluation outputs in the run layout, exposed when they exist (never built for the catalog)",
                                        items=str)},
