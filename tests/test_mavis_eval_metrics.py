@@ -129,3 +129,12 @@ def test_mauve_on_precomputed_features_is_the_package_value():
     expected = mauve.compute_mauve(p_features=p, q_features=q, mauve_scaling_factor=5.0, seed=25).mauve
     assert ours == pytest.approx(expected) and 0 < ours < 1
     assert mauve_value(["one"], ["two"], params, lambda texts: np.zeros((len(texts), 4))) is None  # too few answers
+
+
+def test_top_k_breaks_ties_by_document_id_within_the_setting():
+    from stages.eval_mavis.mavis_retrieve import top_k
+
+    scores = np.array([0.5, 0.9, 0.5, 0.1, 0.9])  # documents sorted by id: index order is id order
+    assert top_k(scores, np.arange(5), 3) == [1, 4, 0]
+    assert top_k(scores, np.array([0, 2, 3]), 2) == [0, 2]  # e.g. the image documents only
+    assert top_k(scores, np.array([], dtype=int), 2) == []

@@ -96,9 +96,12 @@ class Clip:
 RETRIEVERS = {"minilm": MiniLM, "clip": Clip}
 
 
-def top_k(scores: np.ndarray, candidates: list[int], ids: list[str], k: int) -> list[int]:
-    """The k best candidates by score, ties by document id."""
-    return sorted(candidates, key=lambda j: (-float(scores[j]), ids[j]))[:k]
+def top_k(scores: np.ndarray, candidates: np.ndarray, k: int) -> list[int]:
+    """The k best candidates by score, ties by document id (documents are sorted by id, so by index)."""
+    if not len(candidates):
+        return []
+    order = np.lexsort((candidates, -scores[candidates]))[:k]
+    return [int(j) for j in candidates[order]]
 
 
 def run(ctx):
@@ -112,11 +115,10 @@ def run(ctx):
         return
     retriever = RETRIEVERS[params["retriever"]](params)
     doc_vectors = retriever.documents(folder, docs) if docs else np.zeros((0, 1), np.float32)
-    pool = {"text": [j for j, d in enumerate(docs) if d["modality"] == "text"],
-            "image": [j for j, d in enumerate(docs) if d["modality"] == "image"]}
-    pool["multi"] = pool["text"] + pool["image"]
+    modality = np.array([d["modality"] for d in docs])
+    pool = {"text": np.flatnonzero(modality == "text"), "image": np.flatnonzero(modality == "image"), "multi": np.arange(len(docs))}
     for setting in params["settings"]:
-        if not pool[setting]:
+        if not len(pool[setting]):
             ctx.stats[f"empty_database[{setting}]"] += 1
     ids = [d["doc_id"] for d in docs]
     for instance_id, queries in sorted(by_instance.items()):
@@ -127,7 +129,7 @@ def run(ctx):
             for q, vector in zip(queries, vectors):
                 scores = doc_vectors @ vector if docs else np.zeros(0)
                 for setting in params["settings"]:
-                    for rank, j in enumerate(top_k(scores, pool[setting], ids, params["top_k"]), 1):
+                    for rank, j in enumerate(top_k(scores, pool[setting], params["top_k"]), 1):
                         rows.append({"id": content_id("mr", q["id"], setting, rank), "model": q["model"], "instance_id": instance_id,
                                      "setting": setting, "query_index": q["query_index"], "query": q["query"], "rank": rank,
                                      "doc_id": ids[j], "modality": docs[j]["modality"], "score": float(scores[j]),
