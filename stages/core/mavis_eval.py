@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from .errors import StageError
 from .stage import Reject
 
-RELEASE_TABLES = ("instances", "facts", "documents", "fact_documents", "images")
+RELEASE_TABLES = ("instances", "facts", "documents", "images")  # fact_documents (gold support) is not read
 SETTINGS = ("text", "image", "multi")  # Text-RAG, Image-RAG, Multi-RAG (§5.2)
 METHODS = ("vanilla", "cot", "vanilla_ke", "cot_ke")  # Tables 16, 17; +KE = Table 18 first
 SCORINGS = ("strict", "reference")
@@ -57,9 +57,6 @@ def load_release(folder: Path) -> dict[str, list[dict]]:
     for name in RELEASE_TABLES:
         path = folder / "parquet" / f"{name}.parquet"
         if not path.exists():
-            if name == "fact_documents":  # gold supporting documents: only the retrieval statistics use them
-                tables[name] = []
-                continue
             raise StageError(f"release {folder}: no {name} table (parquet/{name}.parquet); a MAVIS release with "
                              "documents is needed for the evaluation")
         tables[name] = pq.read_table(path).to_pylist()

@@ -61,7 +61,7 @@ def main_table(summary: dict, combos: list[tuple[str, str, str]], scoring: str) 
     for model, setting, method in combos:
         cells = [summary.get((model, setting, method, scoring, metric)) for metric, _ in PERCENT + COUNTS]
         rows.append([model, f"+ {SETTING_NAMES[setting]}", METHOD_NAMES[method]]
-                    + [_fmt(c["value"] if c else None, i < len(PERCENT)) + (f" ({c['missing']} missing)" if c and c["missing"] and c["value"] is not None else "")
+                    + [_fmt(c["value"] if c else None, i < len(PERCENT)) + (f" ({c['missing']} missing)" if c and c["missing"] else "")
                        for i, c in enumerate(cells)])
     return md_table(["Model", "Setting", "Method"] + [label for _, label in PERCENT + COUNTS], rows)
 
