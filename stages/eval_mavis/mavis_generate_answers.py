@@ -84,7 +84,9 @@ def run(ctx):
 
         tasks = []  # (row, documents, question images)
         for (instance_id, setting), rows in sorted(groups.items()):
-            instance = instances[instance_id]
+            instance = instances.get(instance_id)
+            if instance is None:
+                raise StageError(f"retrieved: instance {instance_id} is not in the release {folder}")
             for method in params["methods"]:
                 row = {"id": content_id("mresp", params["model"], instance_id, setting, method), "model": params["model"],
                        "instance_id": instance_id, "setting": setting, "method": method, "question": instance["question"],
