@@ -16,6 +16,7 @@ CATALOG_FILE = f"{RUNDIR}/catalog.duckdb"
 RELEASES = []  # release manifests, appended by each enabled family
 EVALUATIONS = []  # evaluation reports, appended by each family that can be evaluated
 CATALOG_TABLES = []  # stage outputs the catalog exposes, appended by each family
+EVAL_TABLES = []  # evaluation outputs the catalog exposes when they exist (it never runs an evaluation for them)
 
 
 def stage_code(name):
@@ -83,7 +84,8 @@ rule build_catalog:
     params:
         io=stage_io,
         version=stage_version("build_catalog"),
-        settings=settings({}),
+        # the evaluation outputs that exist now: one appearing (after `evaluate`) rebuilds the catalog
+        settings=lambda w: settings({"evaluation_tables": [p for p in EVAL_TABLES if Path(p).exists()]}),
     log:
         f"{RUNDIR}/logs/build_catalog.log",
     benchmark:

@@ -290,5 +290,7 @@ if EV.get("enabled", False):
 
     EVALUATIONS.append(rules.report_mcitebench.output.report)
     EVALUATIONS.append(rules.validate_judge.output.label_sheet)
-    # The per-model tables are in the report's DuckDB file. They are not added to CATALOG_TABLES:
-    # the catalog is part of the default `release` target, which would then run every evaluation.
+    # The per-model tables are in the report's DuckDB file, and in the catalog once they exist
+    # (EVAL_TABLES, not CATALOG_TABLES: the default `release` target must not run an evaluation).
+    for _path in _PER_MODEL.values():
+        EVAL_TABLES.extend(expand(_path, m=_M))

@@ -37,3 +37,25 @@ def test_catalog_views_answer_from_another_folder(tmp_path):
     report = json.loads((run / "catalog.duckdb.report.json").read_text())
     assert report["rows_in"] == 3 and report["rows_out"] == {"catalog": 2} and report["rejected_by_reason"] == {"not_in_run_layout": 1}
     assert report["stats"]["views"] == 1
+
+
+def test_evaluation_tables_get_views_when_they_exist(tmp_path):
+    """Evaluation outputs come as a param: those present get views, a missing one is skipped (the
+    release target never runs an evaluation for its catalog)."""
+    import duckdb
+
+    run = tmp_path / "runs" / "demo"
+    comments = run / "mavis" / "harvest_pushshift" / "comments.00000.parquet"
+    write_table(comments, [{"id": "reddit:c1", "post_id": "reddit:p", "body": "b", "score": 1, "author": "a", "created_utc": 1}], "reddit_comments")
+    summary = run / "eval_mavis" / "mavis_score" / "summary.00000.parquet"
+    write_table(summary, [{"model": "m", "setting": "multi", "method": "vanilla", "scoring": "strict", "metric": "recall",
+                           "value": 0.5, "n": 2, "missing": 0, "note": None}], "mavis_eval_summary")
+    not_yet = run / "eval_mavis" / "mavis_score" / "summary.00001.parquet"
+    catalog = run / "catalog.duckdb"
+    run_stage("build_catalog", f"--input=tables={comments}", f"--output=catalog={catalog}",
+              "--params", json.dumps({"evaluation_tables": [str(summary), str(not_yet)]}))
+    con = duckdb.connect(str(catalog), read_only=True)
+    assert con.execute("select model, metric, value from eval_mavis.summary").fetchall() == [("m", "recall", 0.5)]
+    assert con.execute("select count(*) from mavis.comments").fetchone()[0] == 1
+    report = json.loads((run / "catalog.duckdb.report.json").read_text())
+    assert report["rows_in"] == 2 and report["stats"]["evaluation_tables"] == 1

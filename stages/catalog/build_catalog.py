@@ -7,8 +7,11 @@ catalog answers from any working directory. Stages never open a shared DuckDB fi
 run; this stage runs after them.
 
 Inputs follow the run layout `data/runs/<run>/<family>/<stage>/<table>[.<shard>].parquet`; a
-file that does not is a reject (`not_in_run_layout`). Invariant: input files = files exposed by
-a view + rejected files.
+file that does not is a reject (`not_in_run_layout`). Evaluation outputs (eval_mcitebench,
+eval_mavis, ...) come as the param `evaluation_tables`, not as inputs: those that exist when the
+catalog is built get views like any stage output, so the default `release` target never runs an
+evaluation to build its catalog (after `snakemake evaluate`, `snakemake catalog` adds them).
+Invariant: input files and existing evaluation files = files exposed by a view + rejected files.
 """
 from __future__ import annotations
 
@@ -18,9 +21,9 @@ import re
 from pathlib import Path
 
 from stages.core.release import portable_duckdb_file
-from stages.core.stage import Input, Output, Reject, Stage
+from stages.core.stage import Input, Output, Param, Reject, Stage
 
-VERSION = "1"
+VERSION = "2"  # 2: evaluation tables
 _SHARD = re.compile(r"^(?P<table>.+?)(?:\.(?P<shard>\d{5}))?\.parquet$")
 
 
@@ -38,7 +41,9 @@ def _sql_list(paths: list[Path]) -> str:
 def run(ctx):
     views: dict[tuple[str, str], list[Path]] = collections.defaultdict(list)
     stage_dirs: set[tuple[str, Path]] = set()
-    for raw in ctx.input_paths("tables"):
+    evaluations = [p for p in ctx.params["evaluation_tables"] if Path(p).is_file()]
+    ctx.stats["evaluation_tables"] = len(evaluations)
+    for raw in [*ctx.input_paths("tables"), *evaluations]:
         path = Path(raw).resolve()
         with ctx.item(str(path)):
             family, _stage, table = _layout(path)
@@ -76,9 +81,11 @@ STAGE = Stage(
     name="build_catalog",
     version=VERSION,
     doc=__doc__,
-    inputs={"tables": Input("stage output Parquet files in the run layout (any table: each becomes a view)", many=True, kind="file")},
+    inputs={"tables": Input("stage output Parquet files in the run layout (any table: each becomes a view)", many=True, kind="file",
+                            optional=True)},  # none: a run of evaluations only
     outputs={"catalog": Output(None, "the catalog DuckDB file")},
-    params={},
+    params={"evaluation_tables": Param(list, [], "evaluation outputs in the run layout, exposed when they exist (never built for the catalog)",
+                                       items=str)},
     run=run,
 )
 

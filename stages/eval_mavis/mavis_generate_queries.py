@@ -1,0 +1,110 @@
+"""Search query generation (mavis.txt §3.1 step 1, App. C.2 Table 15): from the question and its
+image, the candidate model writes N search queries.
+
+The answer is a comma-separated list (Table 15 asks for `"query 1", "query 2", ...`), parsed
+deterministically: the quoted strings when there are any, else the comma- or line-separated parts
+with list numbering and quotes stripped; empty parts dropped, duplicates once, the first N kept.
+A model that cannot see images (`vision` false) reads the question and the post's text with a note
+that the image is not shown; one that can gets the question images, their longer side scaled to
+`max_image_side` pixels (App. C.1).
+
+Inputs: release (a MAVIS release manifest, folder or benchmark.duckdb; see stages/core/mavis_eval.py).
+Outputs: queries (mavis_eval_queries), one row per (instance, query).
+Rejects (per instance): invalid_answer (the model call failed; raw kept), no_queries (nothing
+parsed from the answer), missing_image (a question image file absent from the release).
+Invariant: instances in = instances with queries + rejected (the query rows fan out, counted per instance).
+Params: model, llm, vision, n_queries, limit, max_image_side, max_tokens.
+"""
+from __future__ import annotations
+
+import re
+
+from stages.core.ids import content_id
+from stages.core.images import ImageStore
+from stages.core.llm import LLMClient, LLMRequest, sees_images
+from stages.core.mavis_eval import load_release, model_image, question_images, release_folder
+from stages.core.stage import Input, Output, Param, Reject, Stage
+
+VERSION = "1"
+PROMPT = "mavis_eval_queries"
+_QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”")
+_NUMBERING = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s*")
+
+
+def parse_queries(text: str, n: int) -> list[str]:
+    """Up to n distinct queries from a Table 15 answer."""
+    quoted = [a or b for a, b in _QUOTED.findall(text)]
+    parts = quoted or re.split(r"[,\n]", text)
+    queries = []
+    for part in parts:
+        query = _NUMBERING.sub("", part).strip().strip("'\"“”").strip()
+        if query and query.lower().rstrip(":") != "search queries" and query not in queries:
+            queries.append(query)
+    return queries[:n]
+
+
+def instances_to_evaluate(release: dict, limit: int) -> list[dict]:
+    """The release's instances in id order, the first `limit` (0 = all)."""
+    rows = sorted(release["instances"], key=lambda r: r["id"])
+    return rows[:limit] if limit else rows
+
+
+def run(ctx):
+    params = ctx.params
+    folder = release_folder(ctx.input_path("release"))
+    release = load_release(folder)
+    vision = sees_images(params)
+    with LLMClient.from_params(params["llm"], stats=ctx.stats) as client:
+        store = ImageStore(client.settings["image_store"])
+        instances, requests = [], []
+        for instance in instances_to_evaluate(release, params["limit"]):
+            with ctx.item(instance["id"]):
+                images = [model_image(store, folder, row, params["max_image_side"])
+                          for row in question_images(instance, release["images"])] if vision else []
+                instances.append(instance)
+                requests.append(LLMRequest(
+                    id=instance["id"], prompt=PROMPT, images=images,
+                    variables={"n": params["n_queries"], "question": instance["question"], "body": instance.get("body") or "",
+                               "images": len(images), "vision": vision},
+                    sampling={"max_tokens": params["max_tokens"]} if params["max_tokens"] else None))
+        answers = client.run(requests, desc=f"queries {params['model']}")
+        for instance, answer in zip(instances, answers):
+            with ctx.item(instance["id"], counted=False):
+                if not answer.ok:
+                    raise Reject("invalid_answer", answer.detail)
+                queries = parse_queries(answer.value, params["n_queries"])
+                if not queries:
+                    raise Reject("no_queries", f"no query in the answer {answer.value[:300]!r}")
+                ctx.stats["instances_with_queries"] += 1
+                ctx.stats["short_of_n"] += len(queries) < params["n_queries"]
+                ctx.write("queries", [{"id": content_id("mq", params["model"], instance["id"], i), "model": params["model"],
+                                       "instance_id": instance["id"], "query_index": i, "query": q, "raw": answer.value,
+                                       "vision": vision} for i, q in enumerate(queries)])
+
+
+def _invariant(ctx) -> str | None:
+    ok = ctx.stats["instances_with_queries"] + ctx.rejected
+    return None if ok == ctx.rows_in else f"instances in {ctx.rows_in} != with queries {ctx.stats['instances_with_queries']} + rejected {ctx.rejected}"
+
+
+STAGE = Stage(
+    name="mavis_generate_queries",
+    version=VERSION,
+    doc=__doc__,
+    inputs={"release": Input("MAVIS release manifest JSON, release folder or its benchmark.duckdb", kind="file")},
+    outputs={"queries": Output("mavis_eval_queries", "search queries, one row per (instance, query)")},
+    params={
+        "model": Param(str, help="the candidate's name (config eval_mavis.models[].name)", pattern=r"^[A-Za-z0-9_.-]+$"),
+        "llm": Param(dict, {}, "llm settings of the candidate (the llm: section with the model's overrides)", schema="llm"),
+        "vision": Param(bool, None, "send the question images; null = what the backend takes (llamacpp: no)"),
+        "n_queries": Param(int, 1, "N, search queries per question (§5.3: N = 1)", min=1),
+        "limit": Param(int, 0, "evaluate only the first N instances of the release, by id (0 = all)", min=0),
+        "max_image_side": Param(int, 512, "longer side of images sent to the model, in pixels (App. C.1)", min=32),
+        "max_tokens": Param(int, 128, "answer length budget in tokens (0 = the prompt's default)", min=0),
+    },
+    run=run,
+    invariant=_invariant,
+)
+
+if __name__ == "__main__":
+    STAGE.main()

@@ -1,0 +1,167 @@
+"""The judge of the MAVIS evaluation (mavis.txt §4.1-4.2, App. B.1, Tables 12-14): every answer is
+split into sentences with their citations, then judged for completeness, relevance and support.
+
+- Sentences (§4.2 "pair each sentence with its cited documents"): blingfire sentences of the scored
+  answer (CoT's thinking already removed); a sentence made only of markers joins the one before;
+  citations "[k]" parsed by stages.core.mavis_eval.parse_citations (numbers outside 1..n kept apart
+  as `unknown`, duplicates once, every number as written in `written`). Judges read the sentence
+  without its markers (`statement`).
+- Completeness (Table 13): one call per gold fact of the instance, with the whole answer.
+- Relevance (Table 14): one call per sentence, with the question and its image(s).
+- Support (Table 12): per sentence with citations, one call with all its cited documents together
+  (recall), and one per cited document alone (precision); a sentence with one citation asks the
+  same call once. Documents are the originals (also for +KE answers); an image document goes to a
+  judge that sees images as an image, else as its text stand-in (rows record `doc_modality` and
+  the judge's `vision`).
+Labels fully / partially / not become 1 / 0.5 / 0. A failed judge call (invalid after retries) is a
+row with ok false and no score: the score stage treats it as missing, never as 0. An empty answer
+asks nothing: its facts get "not addressed" rows without a call (raw says so), and it scores 0
+(see response_scores).
+
+Inputs: responses (mavis_eval_responses), release.
+Outputs: judgements (mavis_eval_judgements), sentences (mavis_eval_sentences); neither counted.
+Invariant: responses in = responses judged (no reject reasons: failed calls are rows).
+Params: judge, llm, vision, max_tokens, max_image_side.
+"""
+from __future__ import annotations
+
+from stages.core.ids import content_id
+from stages.core.images import ImageStore
+from stages.core.llm import LLMClient, LLMRequest, sees_images
+from stages.core.mavis_eval import (label_score, load_release, model_image, parse_citations, question_images, release_folder,
+                                    split_sentences, strip_citations)
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
+
+VERSION = "1"
+PROMPTS = {"completeness": "mavis_eval_completeness", "relevance": "mavis_eval_relevance", "support": "mavis_eval_support",
+           "support_doc": "mavis_eval_support"}
+EMPTY = "(empty answer: not sent to the judge)"
+
+
+def sentence_rows(response: dict) -> list[dict]:
+    n = len(response["documents"])
+    rows = []
+    for index, sentence in enumerate(split_sentences(response["answer"])):
+        cited, unknown, written = parse_citations(sentence, n)
+        rows.append({"id": content_id("msent", response["id"], index), "response_id": response["id"], "model": response["model"],
+                     "instance_id": response["instance_id"], "setting": response["setting"], "method": response["method"],
+                     "sentence_index": index, "sentence": sentence, "statement": strip_citations(sentence),
+                     "cited": cited, "unknown": unknown, "written": written})
+    return rows
+
+
+def run(ctx):
+    params = ctx.params
+    folder = release_folder(ctx.input_path("release"))
+    release = load_release(folder)
+    facts: dict[str, list[dict]] = {}
+    for fact in sorted(release["facts"], key=lambda f: f["fact_id"]):
+        facts.setdefault(fact["instance_id"], []).append(fact)
+    instances = {r["id"]: r for r in release["instances"]}
+    image_rows = {r["sha256"]: r for r in release["images"]}
+    vision = sees_images(params)
+    sampling = {"max_tokens": params["max_tokens"]} if params["max_tokens"] else None
+    with LLMClient.from_params(params["llm"], stats=ctx.stats) as client:
+        store = ImageStore(client.settings["image_store"])
+
+        def doc_view(doc: dict) -> tuple[dict, list[str]]:
+            if doc["modality"] == "image" and vision:
+                try:
+                    sha = model_image(store, folder, image_rows.get(doc["image_sha256"]) or {"path": f"images/{doc['image_sha256']}.jpg"},
+                                      params["max_image_side"])
+                except Reject as missing:
+                    raise StageError(f"document {doc['doc_id']}: {missing.detail}") from None
+                return {"number": doc["number"], "modality": "image", "text": None, "image": True}, [sha]
+            return {"number": doc["number"], "modality": doc["modality"], "text": doc["text"], "image": False}, []
+
+        def support_request(rid: str, statement: str, question: str, cited: list[dict]) -> LLMRequest:
+            views, images = [], []
+            for doc in cited:
+                view, attached = doc_view(doc)
+                images += attached
+                view["image_number"] = len(images) if attached else None
+                views.append(view)
+            return LLMRequest(id=rid, prompt=PROMPTS["support"], images=images, sampling=sampling,
+                              variables={"statement": statement, "question": question, "documents": views})
+
+        keys, requests, empty = [], [], []
+        for response in ctx.read_rows("responses"):
+            ctx.add_input()
+            ctx.stats["responses_judged"] += 1
+            sentences = sentence_rows(response)
+            ctx.write("sentences", sentences)
+            instance = instances.get(response["instance_id"])
+            if instance is None:
+                raise StageError(f"response {response['id']}: instance {response['instance_id']} is not in the release {folder}")
+            base = {"response_id": response["id"], "model": response["model"], "judge": params["judge"],
+                    "instance_id": response["instance_id"], "setting": response["setting"], "method": response["method"],
+                    "doc_modality": None, "vision": vision}
+            if not sentences:  # nothing to judge: every fact is not addressed, recorded without a call
+                ctx.stats["empty_answers"] += 1
+                empty.extend({**base, "id": content_id("mj", response["id"], "completeness", None, fact["fact_id"], None),
+                              "kind": "completeness", "sentence_index": None, "fact_id": fact["fact_id"], "doc_number": None,
+                              "label": "not addressed", "score": 0.0, "ok": True, "error": None, "raw": EMPTY}
+                             for fact in facts.get(response["instance_id"], []))
+                continue
+            q_images = [model_image(store, folder, r, params["max_image_side"]) for r in question_images(instance, release["images"])] if vision else []
+            answer = strip_citations(response["answer"])
+            for fact in facts.get(response["instance_id"], []):
+                keys.append({**base, "kind": "completeness", "sentence_index": None, "fact_id": fact["fact_id"], "doc_number": None})
+                requests.append(LLMRequest(id=fact["fact_id"], prompt=PROMPTS["completeness"], sampling=sampling,
+                                           variables={"fact": fact["text"], "response": answer}))
+            docs = {d["number"]: d for d in response["documents"]}
+            for s in sentences:
+                i = s["sentence_index"]
+                keys.append({**base, "kind": "relevance", "sentence_index": i, "fact_id": None, "doc_number": None})
+                requests.append(LLMRequest(id=s["id"], prompt=PROMPTS["relevance"], images=q_images, sampling=sampling,
+                                           variables={"question": response["question"], "statement": s["statement"],
+                                                      "question_images": len(q_images), "vision": vision}))
+                if not s["cited"]:
+                    continue
+                keys.append({**base, "kind": "support", "sentence_index": i, "fact_id": None, "doc_number": None})
+                requests.append(support_request(s["id"], s["statement"], response["question"], [docs[n] for n in s["cited"]]))
+                for n in s["cited"]:
+                    keys.append({**base, "kind": "support_doc", "sentence_index": i, "fact_id": None, "doc_number": n,
+                                 "doc_modality": docs[n]["modality"]})
+                    requests.append(support_request(f"{s['id']}#{n}", s["statement"], response["question"], [docs[n]]))
+        answers = client.run(requests, desc=f"judge {params['judge']}")
+        rows = []
+        for key, answer in zip(keys, answers):
+            label = answer.value["label"] if answer.ok else None
+            ctx.stats["failed_judge_calls"] += not answer.ok
+            rows.append({**key, "id": content_id("mj", key["response_id"], key["kind"], key["sentence_index"], key["fact_id"], key["doc_number"]),
+                         "label": label, "score": label_score(label) if label else None, "ok": answer.ok,
+                         "error": answer.error, "raw": answer.raw})
+        ctx.write("judgements", rows + empty)
+
+
+def _invariant(ctx) -> str | None:
+    judged = ctx.stats["responses_judged"]
+    return None if judged == ctx.rows_in else f"responses in {ctx.rows_in} != judged {judged}"
+
+
+STAGE = Stage(
+    name="mavis_judge",
+    version=VERSION,
+    doc=__doc__,
+    inputs={
+        "responses": Input("mavis_eval_responses from mavis_generate_answers", table="mavis_eval_responses"),
+        "release": Input("MAVIS release manifest JSON, release folder or its benchmark.duckdb", kind="file"),
+    },
+    outputs={
+        "judgements": Output("mavis_eval_judgements", "one row per judge call (failed calls: ok false, no score)", counted=False),
+        "sentences": Output("mavis_eval_sentences", "one row per answer sentence with its citations", counted=False),
+    },
+    params={
+        "judge": Param(str, help="the judge's name, recorded in every row", pattern=r"^[A-Za-z0-9_.-]+$"),
+        "llm": Param(dict, {}, "llm settings of the judge (the llm: section with the judge's overrides)", schema="llm"),
+        "vision": Param(bool, None, "show images to the judge; null = what the backend takes (llamacpp: no, text stand-ins)"),
+        "max_tokens": Param(int, 256, "judge answer budget in tokens (0 = the prompts' default)", min=0),
+        "max_image_side": Param(int, 512, "longer side of images sent to the judge, in pixels", min=32),
+    },
+    run=run,
+    invariant=_invariant,
+)
+
+if __name__ == "__main__":
+    STAGE.main()

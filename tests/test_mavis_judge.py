@@ -1,0 +1,100 @@
+"""mavis_judge and mavis_score through their CLIs, the judge an OpenAI-compatible server on
+127.0.0.1 that labels by rule: fixed labels, one failed call (missing in strict, 0 in reference),
+an image document shown as an image, a citation to a missing document, an empty answer; every
+expected number worked out by hand."""
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+from pytest_httpserver import HTTPServer
+from werkzeug import Response
+
+from conftest import run_stage
+from mavis_eval_fixtures import build_release
+from stages.core.tables import write_table
+
+ANSWER = ("Tomatoes need nitrogen [1][1]. Water them at the base [2][5]. They are lovely plants. "
+          "Yellow lower leaves show a deficiency [1, 3].")
+
+
+def _reply(content: str) -> Response:
+    body = {"id": "c1", "object": "chat.completion", "model": "rule",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 10}}
+    return Response(json.dumps(body), content_type="application/json")
+
+
+def judge_by_rule(request):
+    content = request.get_json()["messages"][-1]["content"]
+    text = content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
+    has_image = not isinstance(content, str) and any(p.get("type") == "image_url" for p in content)
+    if "Fact:" in text:  # Table 13
+        fact = text.rsplit("Fact:", 1)[1].split("\n")[0]
+        return _reply(json.dumps({"label": "fully addressed" if "Nitrogen" in fact else "partially addressed"}))
+    statement = text.rsplit("Statement:", 1)[1].split("\n")[0]
+    if "Documents:" not in text:  # Table 14
+        label = "not relevant" if "lovely" in statement else "partially relevant" if "Water" in statement else "fully relevant"
+        return _reply(json.dumps({"label": label}))
+    documents = text.split("Documents:", 1)[1].count("\n[")  # Table 12
+    if "deficiency" in statement:
+        if has_image and documents == 1:
+            return _reply("I cannot tell")  # invalid: the judge call for document 3 alone fails
+        return _reply(json.dumps({"label": "partially supported" if documents == 2 else "fully supported"}))
+    return _reply(json.dumps({"label": "fully supported" if "nitrogen" in statement else "partially supported"}))
+
+
+def _response(method, answer, documents):
+    return {"id": f"resp-{method}", "model": "m", "instance_id": "reddit:p1/c1", "setting": "multi", "method": method,
+            "question": "Why are the leaves of my tomato plant turning yellow?", "gold_answer": "Nitrogen.", "retriever": "test",
+            "vision": True, "documents": documents, "raw": answer, "answer": answer, "finish_reason": "stop"}
+
+
+def test_judge_labels_to_scores(tmp_path, httpserver: HTTPServer):
+    manifest = build_release(tmp_path / "rel" / "v1")
+    con = duckdb.connect()
+    sha = con.execute(f"select image_sha256 from '{tmp_path}/rel/v1/parquet/documents.parquet' where doc_id = 'd:i1'").fetchone()[0]
+    documents = [{"number": 1, "doc_id": "d:t1", "modality": "text", "text": "Nitrogen deficiency yellows lower leaves.", "image_sha256": None, "extraction": None},
+                 {"number": 2, "doc_id": "d:t2", "modality": "text", "text": "Water at the base.", "image_sha256": None, "extraction": None},
+                 {"number": 3, "doc_id": "d:i1", "modality": "image", "text": "A yellowing tomato leaf.", "image_sha256": sha, "extraction": None}]
+    responses = tmp_path / "responses.parquet"
+    write_table(responses, [_response("vanilla", ANSWER, documents), _response("cot", "", documents)], "mavis_eval_responses")
+    httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(judge_by_rule)
+    llm = {"backend": "openai", "model": "rule", "cache": {"path": str(tmp_path / "llm.sqlite")}, "image_store": str(tmp_path / "store"),
+           "max_attempts": 1, "openai": {"base_url": httpserver.url_for("/v1"), "max_retries": 1}}
+    judgements, sentences = tmp_path / "judgements.parquet", tmp_path / "sentences.parquet"
+    run_stage("mavis_judge", f"--input=responses={responses}", f"--input=release={manifest}", f"--output=judgements={judgements}",
+              f"--output=sentences={sentences}", "--params", json.dumps({"judge": "rule", "llm": llm, "vision": True}))
+    rows = con.execute(f"select kind, sentence_index, doc_number, score, ok from '{judgements}' where response_id = 'resp-vanilla' order by all").fetchall()
+    assert rows == sorted([
+        ("completeness", None, None, 1.0, True), ("completeness", None, None, 0.5, True),
+        ("relevance", 0, None, 1.0, True), ("relevance", 1, None, 0.5, True), ("relevance", 2, None, 0.0, True), ("relevance", 3, None, 1.0, True),
+        ("support", 0, None, 1.0, True), ("support", 1, None, 0.5, True), ("support", 3, None, 0.5, True),
+        ("support_doc", 0, 1, 1.0, True), ("support_doc", 1, 2, 0.5, True), ("support_doc", 3, 1, 1.0, True),
+        ("support_doc", 3, 3, None, False),  # the failed call: no score; document 5 does not exist, so no call
+    ], key=lambda r: tuple((x is None, x) for x in r))
+    # the empty answer asks nothing: its facts are recorded as not addressed, without a call
+    assert con.execute(f"select kind, score, raw from '{judgements}' where response_id = 'resp-cot'").fetchall() == \
+        [("completeness", 0.0, "(empty answer: not sent to the judge)")] * 2
+    scores, summary = tmp_path / "scores.parquet", tmp_path / "summary.parquet"
+    run_stage("mavis_score", f"--input=responses={responses}", f"--input=sentences={sentences}", f"--input=judgements={judgements}",
+              f"--output=scores={scores}", f"--output=summary={summary}", "--params", "{}")
+    got = {(r["method"], r["scoring"]): r for r in pq.read_table(scores).to_pylist()}
+    strict, reference = got[("vanilla", "strict")], got[("vanilla", "reference")]
+    assert strict["completeness"] == pytest.approx((1 + 0.5) / 2)
+    assert strict["relevance"] == pytest.approx((1 + 0.5 + 0 + 1) / 4)
+    assert strict["recall"] == pytest.approx((1 + 0.5 + 0 + 0.5) / 4)  # the uncited sentence counts 0
+    assert strict["precision"] is None and strict["groundedness_f1"] is None  # a failed call: missing, never 0
+    assert reference["recall"] == pytest.approx((1 + 0.5 + 0.5) / 3)  # cited sentences only
+    # s0: 1 / 1; s1: (0.5 + 0 for the missing document 5) / 2; s3: (1 + 0 for the failed call) / 2
+    assert reference["precision"] == pytest.approx((1 + 0.25 + 0.5) / 3)
+    assert (strict["used_text"], strict["used_image"], strict["utilisation_text"], strict["utilisation_image"]) == (2.0, 1.0, 1.0, 1.0)
+    assert strict["precision_text"] == pytest.approx((1 + 0.5 + 1) / 3) and strict["precision_image"] is None
+    assert strict["failed_judge_calls"] == 1
+    empty = got[("cot", "strict")]
+    assert (empty["completeness"], empty["relevance"], empty["recall"], empty["precision"], empty["n_sentences"]) == (0.0, 0.0, 0.0, 0.0, 0)
+    # the summary: strict precision of the vanilla answer is missing, counted
+    row = con.execute(f"select value, n, missing from '{summary}' where method = 'vanilla' and scoring = 'strict' and metric = 'precision'").fetchone()
+    assert row == (None, 0, 1)
