@@ -31,19 +31,14 @@ Params: title, scoring (strict | reference: the headline mode), judges (names of
 """
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from stages.core.mcitebench_analyses import agreement_rows, ranking_agrees, rq2_rows, swap_rows  # noqa: E402
-from stages.core.release import check_row_counts, load_parquet, md_table, portable_duckdb_file  # noqa: E402
-from stages.core.stage import Input, Output, Param, Stage, StageError  # noqa: E402
-from stages.core.tables import atomic_write_bytes  # noqa: E402
+from stages.core.mcitebench_analyses import agreement_rows, ranking_agrees, rq2_rows, swap_rows
+from stages.core.plots import plt, save_png  # matplotlib without a display
+from stages.core.release import check_row_counts, load_parquet, md_table, portable_duckdb_file
+from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.tables import atomic_write_bytes
 
 VERSION = "2"
 HEADLINE = [("citation_f1", "C-F1"), ("source_f1", "S-F1"), ("source_em", "S-EM"), ("accuracy", "Acc")]
@@ -155,17 +150,6 @@ def plot_sem(summary: dict, models: list[str], path: str) -> None:
     ax.set_title("Source Exact Match by evidence modality")
     ax.legend(fontsize="small")
     save_png(fig, path)
-
-
-def save_png(fig, path: str) -> None:
-    """The figure as a PNG, written atomically (core.tables.atomic_write_bytes), then closed."""
-    buffer = io.BytesIO()
-    try:
-        fig.tight_layout()
-        fig.savefig(buffer, format="png", dpi=120)
-    finally:
-        plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
 
 
 def plot_rq2(rows: list[dict], models: list[str], path: str) -> None:
