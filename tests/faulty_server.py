@@ -26,7 +26,6 @@ import json
 import socket
 import struct
 import threading
-import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable

@@ -31,7 +31,7 @@ from stages.core.prompts import PromptLibrary
 from stages.images.cache_images import STAGE as CACHE_IMAGES
 from stages.mcitebench.harvest_openreview import STAGE as HARVEST_OPENREVIEW
 from tests.faulty_server import FAULTS, FaultyServer
-from tests.openreview_api import INVITATION, FakeOpenReview, submission
+from tests.openreview_api import FakeOpenReview, submission
 
 TIMEOUT, DEADLINE, ATTEMPTS, MAX_SLEEP = 0.5, 0.8, 2, 0.3
 PERSISTENT_REASON = {  # the fetch layer's reject reason when a fault never stops

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 from typing import Any, Iterator
 
 from tqdm import tqdm

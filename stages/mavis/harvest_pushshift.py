@@ -259,7 +259,7 @@ class _Harvest:
         """Keep one post or raise Reject. Its subreddit decides first; the other fields are
         checked once it is in scope."""
         post_id = record_id(post, "subreddit")
-        self.item = item_id = "reddit:" + post_id
+        self.item = "reddit:" + post_id
         subreddit = post["subreddit"]
         if type(subreddit) is not str:
             raise bad_field("subreddit", subreddit, "a string")

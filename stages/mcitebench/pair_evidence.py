@@ -112,8 +112,6 @@ def _main_body(ref: Ref, found: list[dict], missing: str) -> list[dict]:
     return kept
 
 
-def pair(qa: dict, index: PaperIndex) -> list[tuple[str, dict]]:
-    """(evidence key, element) pairs of one question, in reference order; raises Reject."""
 SHEET_COLUMNS = ["question_id", "paper_id", "question_type", "question", "answer", "reference", "proposed",
                  "proposed_evidence", "problem", "elements", "note"]
 
