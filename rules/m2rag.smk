@@ -290,7 +290,7 @@ if M2RAG.get("enabled", False):
         })
 
     # figure 8: the text pieces
-    rule score_elements_text:
+    rule text_score_elements:
         input:
             stage=stage_code("score_elements"),
             prompts=prompt_files("m2rag_score_text"),
@@ -313,7 +313,7 @@ if M2RAG.get("enabled", False):
             stage_shell("score_elements")
 
     # figure 9: the kept page images and auxiliary images
-    rule score_elements_images:
+    rule image_score_elements:
         input:
             stage=stage_code("score_elements"),
             prompts=prompt_files("m2rag_score_image"),
@@ -343,7 +343,7 @@ if M2RAG.get("enabled", False):
             queries=expand(rules.classify_queries.output.classified_queries, shard=SHARDS),
             sampled=rules.sample_queries.output.sampled_queries,
             pages=rules.m2rag_fetch_pages.output.pages,
-            elements=[rules.score_elements_text.output.scored_elements, rules.score_elements_images.output.scored_elements],
+            elements=[rules.text_score_elements.output.scored_elements, rules.image_score_elements.output.scored_elements],
             captions=rules.caption_images.output.captions,
             rejects=[rules.harvest_hub_dataset.output.sidecar_rejects]
             + expand(rules.filter_queries.output.sidecar_rejects, shard=SHARDS)
@@ -351,8 +351,8 @@ if M2RAG.get("enabled", False):
             + [rules.m2rag_search_web.output.sidecar_rejects, rules.m2rag_fetch_pages.output.sidecar_rejects,
                rules.m2rag_split_pages.output.sidecar_rejects, rules.m2rag_cache_images.output.sidecar_rejects,
                rules.m2rag_filter_images.output.sidecar_rejects, rules.m2rag_phash_dedup.output.sidecar_rejects,
-               rules.caption_images.output.sidecar_rejects, rules.score_elements_text.output.sidecar_rejects,
-               rules.score_elements_images.output.sidecar_rejects],
+               rules.caption_images.output.sidecar_rejects, rules.text_score_elements.output.sidecar_rejects,
+               rules.image_score_elements.output.sidecar_rejects],
         output:
             manifest=f"{RUNDIR}/m2rag/release_m2rag/release.json",
         params:
@@ -374,4 +374,4 @@ if M2RAG.get("enabled", False):
                            rules.m2rag_split_pages.output.elements, rules.m2rag_gather_images.output.refs,
                            rules.m2rag_cache_images.output.images, rules.m2rag_filter_images.output.images,
                            rules.m2rag_phash_dedup.output.images, rules.caption_images.output.captions,
-                           rules.score_elements_text.output.scored_elements, rules.score_elements_images.output.scored_elements])
+                           rules.text_score_elements.output.scored_elements, rules.image_score_elements.output.scored_elements])
