@@ -21,8 +21,8 @@ whichever the classifier and sampler keep): every question gets a page answer of
 photo and an advert banner) and a loosely related forum page, so the scorer sees useful and
 useless pieces and images, and an image answer of `m2rag.search_web.image_top_k` auxiliary
 images. The M2RAG images are small (120x90, just over M2RAG's 1e4-pixel minimum; the banner
-96x24, under it, so filter_images drops it), and the second auxiliary image is the page photo
-re-encoded (another file, the same pHash), so phash_dedup has a near-duplicate to remove.
+96x24, under it, so filter_images drops it), and the explainer's photo is its diagram's pixels
+as a PNG (another file, the same pHash), so phash_dedup has a near-duplicate to remove.
 """
 from __future__ import annotations
 
@@ -52,11 +52,11 @@ QUERY_TOPICS = {"demo:sky": "sky", "demo:volcano": "volcano", "demo:sourdough": 
 HTML = [("Content-Type", "text/html; charset=utf-8")]
 
 
-def jpeg(seed: str, size=(200, 150), quality=85) -> bytes:
+def jpeg(seed: str, size=(200, 150)) -> bytes:
     rng = np.random.default_rng(int(hashlib.sha256(seed.encode()).hexdigest()[:8], 16))
     blocks = np.kron(rng.integers(0, 256, size=(3, 4, 3), dtype=np.uint8), np.ones((50, 50, 1), dtype=np.uint8))
     buffer = io.BytesIO()
-    Image.fromarray(blocks).resize(size).save(buffer, "JPEG", quality=quality)
+    Image.fromarray(blocks).resize(size).save(buffer, "JPEG", quality=85)
     return buffer.getvalue()
 
 
@@ -215,7 +215,7 @@ def main() -> None:
                google_answer(query["text"], image_items, 1, search["image_top_k"], 120, True))
     m2rag_search = yaml.safe_load(Path(args.config).read_text())["m2rag"]["search_web"]
     m2rag_k, m2rag_images = m2rag_search["page_top_k"], m2rag_search.get("image_top_k", 0)
-    near_duplicates = {}  # auxiliary image url -> the page photo it re-encodes
+    near_duplicates = {}  # the explainer's photo url -> the diagram it re-encodes
     for line in Path(args.eli5).read_text().splitlines():
         row = json.loads(line)
         question, answer = (row["title"] or "").strip(), (row["answers"]["text"] or [""])[0]
@@ -231,14 +231,15 @@ def main() -> None:
             for src in body.split('src="')[1:]:
                 src = src.split('"', 1)[0]
                 small.add(src if src.startswith("https://") else f"https://{url.split('/')[2]}{src}")
+        photo = f"https://cdn.www.explainers-{row['q_id']}.example/photos/{row['q_id']}.jpg"
+        if photo in small:
+            small.discard(photo)
+            near_duplicates[photo] = f"https://www.explainers-{row['q_id']}.example/images/diagram.jpg"
         if m2rag_images:
             aux = []
             for n in range(m2rag_images):
                 image_url = f"https://img.pictures-{row['q_id']}.example/{row['q_id']}-{n}.jpg"
-                if n == 1:
-                    near_duplicates[image_url] = f"https://cdn.www.explainers-{row['q_id']}.example/photos/{row['q_id']}.jpg"
-                else:
-                    small.add(image_url)
+                small.add(image_url)
                 aux.append({"kind": "customsearch#result", "title": f"Picture {n + 1}: {question}", "link": image_url,
                             "displayLink": f"img.pictures-{row['q_id']}.example", "snippet": f"{question} ({answer[:60]})", "mime": "image/jpeg",
                             "fileFormat": "image/jpeg", "image": {"contextLink": f"https://pictures-{row['q_id']}.example/gallery/{n}",
@@ -249,8 +250,10 @@ def main() -> None:
         record(url, 200, "OK", [("Content-Type", "image/jpeg")], jpeg(url))
     for url in sorted(small - images):  # the M2RAG demo's images: small, to keep the archive small; adverts smaller still
         record(url, 200, "OK", [("Content-Type", "image/jpeg")], jpeg(url, (96, 24) if "://ads." in url else (120, 90)))
-    for url, photo in sorted(near_duplicates.items()):
-        record(url, 200, "OK", [("Content-Type", "image/jpeg")], jpeg(photo, (120, 90), quality=60))
+    for url, original in sorted(near_duplicates.items()):  # the same pixels as a PNG: another file, the same pHash
+        buffer = io.BytesIO()
+        Image.open(io.BytesIO(jpeg(original, (120, 90)))).save(buffer, "PNG")
+        record(url, 200, "OK", [("Content-Type", "image/png")], buffer.getvalue())
     recorder.commit()
     print(f"wrote {records} records ({len(images | small | set(near_duplicates))} images) to {args.out} ({args.out.stat().st_size / 1e3:.0f} kB)")
 
