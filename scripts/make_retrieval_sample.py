@@ -20,9 +20,10 @@ whichever the classifier and sampler keep): every question gets a page answer of
 `m2rag.search_web.page_top_k` results, an explainer built from its ELI5 answer (with a diagram, a
 photo and an advert banner) and a loosely related forum page, so the scorer sees useful and
 useless pieces and images, and an image answer of `m2rag.search_web.image_top_k` auxiliary
-images. The M2RAG images are small (120x90, just over M2RAG's 1e4-pixel minimum; the banner
-96x24, under it, so filter_images drops it), and the explainer's photo is its diagram's pixels
-as a PNG (another file, the same pHash), so phash_dedup has a near-duplicate to remove.
+images. The M2RAG images are small (120x90, just over M2RAG's 1e4-pixel minimum; the advert
+banner goes with its advert block in the page reader), and the explainer's photo is its
+diagram's pixels as a PNG (another file, the same pHash), so phash_dedup has a near-duplicate to
+remove.
 """
 from __future__ import annotations
 
@@ -248,7 +249,7 @@ def main() -> None:
                    google_answer(question, aux, 1, m2rag_images, 50, True))
     for url in sorted(images):
         record(url, 200, "OK", [("Content-Type", "image/jpeg")], jpeg(url))
-    for url in sorted(small - images):  # the M2RAG demo's images: small, to keep the archive small; adverts smaller still
+    for url in sorted(small - images):  # the M2RAG demo's images: small, to keep the archive small (banners smaller still)
         record(url, 200, "OK", [("Content-Type", "image/jpeg")], jpeg(url, (96, 24) if "://ads." in url else (120, 90)))
     for url, original in sorted(near_duplicates.items()):  # the same pixels as a PNG: another file, the same pHash
         buffer = io.BytesIO()
