@@ -289,7 +289,8 @@ if M2RAG.get("enabled", False):
             "vision_llm": section.get("vision_llm", {}), "placeholder": _m2_placeholder,
         })
 
-    # figure 8: the text pieces
+    # figure 8: the text pieces. Two rules run score_elements, each in a folder named after the rule;
+    # the catalog's m2rag.scored_elements view unions both.
     rule text_score_elements:
         input:
             stage=stage_code("score_elements"),
@@ -297,8 +298,8 @@ if M2RAG.get("enabled", False):
             elements=rules.m2rag_split_pages.output.elements,
             queries=rules.sample_queries.output.sampled_queries,
         output:
-            scored_elements=run_path("m2rag", "score_elements", "scored_elements", "text"),
-            sidecar_rejects=run_path("m2rag", "score_elements", "scored_elements", "text") + ".rejects.parquet",
+            scored_elements=run_path("m2rag", "text_score_elements", "scored_elements"),
+            sidecar_rejects=run_path("m2rag", "text_score_elements", "scored_elements") + ".rejects.parquet",
         params:
             io=stage_io,
             version=stage_version("score_elements"),
@@ -306,9 +307,9 @@ if M2RAG.get("enabled", False):
         resources:
             gpu=gpus(m2rag_llm("score_elements")),
         log:
-            log_path("m2rag", "score_elements", "text"),
+            log_path("m2rag", "text_score_elements"),
         benchmark:
-            bench_path("m2rag", "score_elements", "text")
+            bench_path("m2rag", "text_score_elements")
         shell:
             stage_shell("score_elements")
 
@@ -322,8 +323,8 @@ if M2RAG.get("enabled", False):
             images=rules.m2rag_phash_dedup.output.images,
             refs=rules.m2rag_gather_images.output.refs,
         output:
-            scored_elements=run_path("m2rag", "score_elements", "scored_elements", "images"),
-            sidecar_rejects=run_path("m2rag", "score_elements", "scored_elements", "images") + ".rejects.parquet",
+            scored_elements=run_path("m2rag", "image_score_elements", "scored_elements"),
+            sidecar_rejects=run_path("m2rag", "image_score_elements", "scored_elements") + ".rejects.parquet",
         params:
             io=stage_io,
             version=stage_version("score_elements"),
@@ -331,9 +332,9 @@ if M2RAG.get("enabled", False):
         resources:
             gpu=gpus(llm_settings(config.get("llm"), M2RAG.get("score_elements", {}).get("llm"), M2RAG.get("score_elements", {}).get("vision_llm"))),
         log:
-            log_path("m2rag", "score_elements", "images"),
+            log_path("m2rag", "image_score_elements"),
         benchmark:
-            bench_path("m2rag", "score_elements", "images")
+            bench_path("m2rag", "image_score_elements")
         shell:
             stage_shell("score_elements")
 

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from conftest import make_up_to_date, run_snakemake
+from stages.core.ids import content_id
 
 pytestmark = pytest.mark.slow
 RUN = "data/runs/demo/m2rag"
@@ -51,12 +52,16 @@ def test_prompt_edit_reruns_only_the_classifier(workflow_copy):
     # the release's queries are the per-topic sample; every sampled query's pages are released and scored
     assert manifest["tables"]["queries"] == con.execute("select count(*) from m2rag.sampled_queries").fetchone()[0] > 0
     assert manifest["tables"]["elements"] == con.execute("select count(*) from m2rag.scored_elements where kind != 'aux_image'").fetchone()[0] > 0
+    caption_rejects = {row[0] for row in con.execute("select id from m2rag.caption_images_rejects").fetchall()}
     con.close()
-    # the release: pages with text pieces and images, every image a cached file, scored and captioned
+    # the release: pages with text pieces and images, every image a cached file, scored and captioned (or its caption rejected)
     release = duckdb.connect(f"{manifest['path']}/benchmark.duckdb", read_only=True)
     one = lambda sql: release.execute(sql).fetchone()[0]  # noqa: E731
     assert one("select count(*) from images where sha256 = '' or score is null") == 0 < manifest["tables"]["images"]
-    assert one("select count(*) from images where caption is null") == 0 and one("select count(*) from images where caption_mode = 'text_stand_in'") > 0
+    uncaptioned = release.execute("select page_id, url from images where caption is null union all "
+                                  "select query_id, url from aux_images where caption is null").fetchall()
+    assert {content_id("imgref", owner, url) for owner, url in uncaptioned} <= caption_rejects
+    assert one("select count(*) from images where caption_mode = 'text_stand_in'") > 0
     assert one("select count(*) from elements where kind = 'text'") > 0 and manifest["tables"]["aux_images"] == one("select count(*) from aux_images") > 0
     for (sha,) in release.execute("select sha256 from images union select sha256 from aux_images").fetchall():
         assert len(list((workflow_copy / manifest["path"] / "images").glob(f"{sha}.*"))) == 1
