@@ -18,8 +18,12 @@ are written with the fetch layer's own WarcRecorder, as a live `record` run woul
 The M2RAG demo (rules/m2rag.smk) searches the ELI5 sample's questions (data/samples/eli5.jsonl;
 whichever the classifier and sampler keep): every question gets a page answer of
 `m2rag.search_web.page_top_k` results, an explainer built from its ELI5 answer (with a diagram, a
-photo and an advert image) and a loosely related forum page, so the scorer sees useful and
-useless pieces and images.
+photo and an advert banner) and a loosely related forum page, so the scorer sees useful and
+useless pieces and images, and an image answer of `m2rag.search_web.image_top_k` auxiliary
+images. The M2RAG images are small (120x90, just over M2RAG's 1e4-pixel minimum; the advert
+banner goes with its advert block in the page reader), and the explainer's photo is its
+diagram's pixels as a PNG (another file, the same pHash), so phash_dedup has a near-duplicate to
+remove.
 """
 from __future__ import annotations
 
@@ -210,7 +214,9 @@ def main() -> None:
                                           "thumbnailLink": f"https://thumbs.example/{topic}-{n}", "thumbnailHeight": 75, "thumbnailWidth": 100}})
         record(provider.url(query["text"], "image", 1, search["image_top_k"]), 200, "OK", [("Content-Type", "application/json; charset=UTF-8")],
                google_answer(query["text"], image_items, 1, search["image_top_k"], 120, True))
-    m2rag_k = yaml.safe_load(Path(args.config).read_text())["m2rag"]["search_web"]["page_top_k"]
+    m2rag_search = yaml.safe_load(Path(args.config).read_text())["m2rag"]["search_web"]
+    m2rag_k, m2rag_images = m2rag_search["page_top_k"], m2rag_search.get("image_top_k", 0)
+    near_duplicates = {}  # the explainer's photo url -> the diagram it re-encodes
     for line in Path(args.eli5).read_text().splitlines():
         row = json.loads(line)
         question, answer = (row["title"] or "").strip(), (row["answers"]["text"] or [""])[0]
@@ -226,12 +232,31 @@ def main() -> None:
             for src in body.split('src="')[1:]:
                 src = src.split('"', 1)[0]
                 small.add(src if src.startswith("https://") else f"https://{url.split('/')[2]}{src}")
+        photo = f"https://cdn.www.explainers-{row['q_id']}.example/photos/{row['q_id']}.jpg"
+        if photo in small:
+            small.discard(photo)
+            near_duplicates[photo] = f"https://www.explainers-{row['q_id']}.example/images/diagram.jpg"
+        if m2rag_images:
+            aux = []
+            for n in range(m2rag_images):
+                image_url = f"https://img.pictures-{row['q_id']}.example/{row['q_id']}-{n}.jpg"
+                small.add(image_url)
+                aux.append({"kind": "customsearch#result", "title": f"Picture {n + 1}: {question}", "link": image_url,
+                            "displayLink": f"img.pictures-{row['q_id']}.example", "snippet": f"{question} ({answer[:60]})", "mime": "image/jpeg",
+                            "fileFormat": "image/jpeg", "image": {"contextLink": f"https://pictures-{row['q_id']}.example/gallery/{n}",
+                                                                  "height": 90, "width": 120, "byteSize": 3000}})
+            record(provider.url(question, "image", 1, m2rag_images), 200, "OK", [("Content-Type", "application/json; charset=UTF-8")],
+                   google_answer(question, aux, 1, m2rag_images, 50, True))
     for url in sorted(images):
         record(url, 200, "OK", [("Content-Type", "image/jpeg")], jpeg(url))
-    for url in sorted(small - images):  # the M2RAG demo's images: small, to keep the archive small
-        record(url, 200, "OK", [("Content-Type", "image/jpeg")], jpeg(url, (96, 72)))
+    for url in sorted(small - images):  # the M2RAG demo's images: small, to keep the archive small (banners smaller still)
+        record(url, 200, "OK", [("Content-Type", "image/jpeg")], jpeg(url, (96, 24) if "://ads." in url else (120, 90)))
+    for url, original in sorted(near_duplicates.items()):  # the same pixels as a PNG: another file, the same pHash
+        buffer = io.BytesIO()
+        Image.open(io.BytesIO(jpeg(original, (120, 90)))).save(buffer, "PNG")
+        record(url, 200, "OK", [("Content-Type", "image/png")], buffer.getvalue())
     recorder.commit()
-    print(f"wrote {records} records ({len(images | small)} images) to {args.out} ({args.out.stat().st_size / 1e3:.0f} kB)")
+    print(f"wrote {records} records ({len(images | small | set(near_duplicates))} images) to {args.out} ({args.out.stat().st_size / 1e3:.0f} kB)")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,21 @@
 """release_m2rag through its CLI on hand-made classified queries and rejects: Table 1 counts,
-filter decisions, reject counts, the card, and a stable version."""
+filter decisions, reject counts, the card, and a stable version; on hand-made pages, scored
+elements, auxiliary images and captions: the tables, the image files, the JSONL round trip, and the
+card's Table 4 equal to DuckDB queries over the released tables."""
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+from PIL import Image
 
 from conftest import run_stage
+from stages.core.images import ImageStore
 from stages.core.tables import REJECTS_SCHEMA, write_table
 
 CATEGORIES = [{"id": 1, "name": "Society & Culture"}, {"id": 2, "name": "Science & Mathematics"}, {"id": 11, "name": "Others"}]
@@ -55,6 +62,12 @@ def test_benchmark_tables_jsonl_and_table4_equal_duckdb_queries(tmp_path):
     classified = [row(1, [1, 2]), row(2, [2]), row(3, [11]), row(4, [1])]
     write_table(tmp_path / "c.parquet", classified, "m2rag_classified_queries")
     write_table(tmp_path / "s.parquet", [{**classified[0], "sample_category": 1}, {**classified[1], "sample_category": 2}], "m2rag_sampled_queries")
+    store = ImageStore(tmp_path / "store")
+
+    def stored(seed, fmt="JPEG"):
+        buffer = io.BytesIO()
+        Image.new("RGB", (40 + seed, 30), (seed * 20 % 256, 90, 160)).save(buffer, fmt)
+        return store.put(buffer.getvalue(), "jpg" if fmt == "JPEG" else "png")
 
     def page(qid, rank):
         return {"id": f"page:{qid}:{rank}", "query_id": qid, "result_id": f"r:{qid}:{rank}", "rank": rank, "url": f"https://p{rank}.example/{qid}",
@@ -62,26 +75,39 @@ def test_benchmark_tables_jsonl_and_table4_equal_duckdb_queries(tmp_path):
                 "title": f"Page {rank}", "markdown": "x", "chars": 1, "images": 1, "reader": "local"}
 
     def el(page_id, qid, order, kind, score, n=None):
-        return {"element_id": f"el:{page_id}:{order}", "page_id": page_id, "query_id": qid, "order": order, "kind": kind,
-                "text": f"piece {order}" if kind == "text" else "alt", "image_url": "" if kind == "text" else f"https://i.example/{page_id}/{order}.jpg",
+        url = "" if kind == "text" else f"https://i.example/{page_id or qid}/{order}.jpg"
+        return {"element_id": f"el:{page_id or qid}:{order}", "page_id": page_id, "query_id": qid, "order": order, "kind": kind,
+                "text": f"piece {order}" if kind == "text" else "alt", "image_url": url,
                 "placeholder": n, "chars": 7, "score": score, "analysis": "ok" if kind == "text" else "",
-                "mode": kind if kind == "text" else "text_stand_in", "image_sha256": ""}
+                "mode": kind if kind == "text" else "text_stand_in", "image_sha256": "" if kind == "text" else stored(order + 5 * len(qid + page_id))}
 
     pages = [page("eli5:1", 2), page("eli5:1", 1), page("eli5:2", 1), page("eli5:4", 1)]  # eli5:4 is not sampled: left out
-    elements = [el("page:eli5:1:1", "eli5:1", 1, "image", 6, 1), el("page:eli5:1:1", "eli5:1", 0, "text", 8),
-                el("page:eli5:1:2", "eli5:1", 0, "text", 1), el("page:eli5:2:1", "eli5:2", 0, "text", 3),
-                el("page:eli5:2:1", "eli5:2", 1, "image", 9, 1), el("page:eli5:2:1", "eli5:2", 2, "image", 2, 2),
-                el("page:eli5:4:1", "eli5:4", 0, "text", 5)]
+    text = [el("page:eli5:1:1", "eli5:1", 0, "text", 8), el("page:eli5:1:2", "eli5:1", 0, "text", 1), el("page:eli5:2:1", "eli5:2", 0, "text", 3),
+            el("page:eli5:4:1", "eli5:4", 0, "text", 5)]
+    images = [el("page:eli5:1:1", "eli5:1", 1, "image", 6, 1), el("page:eli5:2:1", "eli5:2", 1, "image", 9, 1),
+              el("page:eli5:2:1", "eli5:2", 2, "image", 2, 2),
+              el("", "eli5:1", 1, "aux_image", 4), el("", "eli5:1", 2, "aux_image", 1), el("", "eli5:4", 1, "aux_image", 7)]
+    captions = [{"ref_id": f"imgref:{e['element_id']}", "owner_id": e["page_id"] or e["query_id"], "query_id": e["query_id"], "url": e["image_url"],
+                 "sha256": e["image_sha256"], "caption": f"A detailed caption of {e['image_url']}", "mode": "text_stand_in"} for e in images[:-2]]
     write_table(tmp_path / "p.parquet", pages, "retrieval_pages")
-    write_table(tmp_path / "e.parquet", elements, "m2rag_scored_elements")
+    write_table(tmp_path / "et.parquet", text, "m2rag_scored_elements")  # the two scorer rules' outputs
+    write_table(tmp_path / "ei.parquet", images, "m2rag_scored_elements")
+    write_table(tmp_path / "cap.parquet", captions, "m2rag_image_captions")
     manifest = tmp_path / "release.json"
     run_stage("release_m2rag", "--input", f"queries={tmp_path / 'c.parquet'}", "--input", f"sampled={tmp_path / 's.parquet'}",
-              "--input", f"pages={tmp_path / 'p.parquet'}", "--input", f"elements={tmp_path / 'e.parquet'}", "--output", f"manifest={manifest}",
-              "--params", json.dumps({"name": "m2rag-test", "releases_dir": str(tmp_path / "rel"), "categories": CATEGORIES}))
+              "--input", f"pages={tmp_path / 'p.parquet'}", "--input", f"elements={tmp_path / 'et.parquet'}", "--input", f"elements={tmp_path / 'ei.parquet'}",
+              "--input", f"captions={tmp_path / 'cap.parquet'}", "--output", f"manifest={manifest}",
+              "--params", json.dumps({"name": "m2rag-test", "releases_dir": str(tmp_path / "rel"), "categories": CATEGORIES,
+                                      "image_store": str(store.root), "min_image_score": 4}))
     folder = json.loads(manifest.read_text())["path"]
     con = duckdb.connect(f"{folder}/benchmark.duckdb", read_only=True)
     one = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
     assert one("select count(*) from queries") == 2 and one("select count(*) from pages") == 3 and one("select count(*) from images") == 3
+    assert one("select count(*) from aux_images") == 2 and one("select count(*) from elements where kind not in ('text', 'image')") == 0
+    # the threshold is a decision apart from the score; captions joined by (owner, url), none where captioning failed
+    assert con.execute("select score, selected from images order by score").fetchall() == [(2, False), (6, True), (9, True)]
+    assert con.execute("select rank, score, selected, caption is null from aux_images order by rank").fetchall() == [(1, 4, True, False), (2, 1, False, True)]
+    assert one("select count(*) from images where caption like 'A detailed caption of ' || url") == 3
     # Table 4 in the card: each value equals a DuckDB query over the released tables
     card = open(f"{folder}/README.md").read()
     expected = {
@@ -89,14 +115,22 @@ def test_benchmark_tables_jsonl_and_table4_equal_duckdb_queries(tmp_path):
         "Web pages per query": one("select count(*) from pages") / one("select count(*) from queries"),
         "Text elements per web page": one("select count(*) from elements where kind = 'text'") / one("select count(*) from pages"),
         "Images per query": one("select count(*) from elements where kind = 'image'") / one("select count(distinct id) from queries"),
+        "Auxiliary images per query": one("select count(*) from aux_images") / one("select count(*) from queries"),
         "Average score of text elements": one("select avg(score) from elements where kind = 'text'"),
         "Average score of image elements": one("select avg(score) from images"),
+        "Average auxiliary image score": one("select avg(score) from aux_images"),
     }
     for item, value in expected.items():
         shown = f"{value:g}" if float(value).is_integer() else f"{value:.2f}"
         assert f"| {item} | {shown} |" in card, item
-    assert "| Auxiliary images per query | not built |" in card and "| 1 | Society & Culture | 2 | 1 |" in card
-    # JSONL round trip: one record per query, pages in rank order, elements in page order, the same scores as the tables
+    assert "not built" not in card and "| 1 | Society & Culture | 2 | 1 |" in card
+    selected = (one("select count(*) from images where selected"), one("select count(*) from aux_images where selected"))
+    assert f"score >= 4, the seed's code): {selected[0]} of 3 page images, {selected[1]} of 2 auxiliary images" in card
+    # every released image's file, named by its sha256, holds the stored bytes
+    shas = {r[0] for r in con.execute("select sha256 from images union select sha256 from aux_images").fetchall()}
+    files = {p.name.split(".")[0]: p for p in (Path(folder) / "images").iterdir()}
+    assert set(files) == shas and all(hashlib.sha256(p.read_bytes()).hexdigest() == p.name.split(".")[0] for p in files.values())
+    # JSONL round trip: one record per query, pages in rank order, elements in page order, aux images in rank order, as in the tables
     records = [json.loads(line) for line in open(f"{folder}/m2rag.jsonl")]
     assert [r["id"] for r in records] == [r[0] for r in con.execute("select id from queries order by id").fetchall()]
     first = records[0]
@@ -104,5 +138,10 @@ def test_benchmark_tables_jsonl_and_table4_equal_duckdb_queries(tmp_path):
     from_jsonl = sorted((r["id"], p["url"], e["order"], e["kind"], e["score"]) for r in records for p in r["pages"] for e in p["elements"])
     from_tables = con.execute('select e.query_id, p.url, e."order", e.kind, e.score from elements e join pages p on p.id = e.page_id order by all').fetchall()
     assert from_jsonl == [tuple(t) for t in from_tables]
+    jsonl_images = sorted((e["url"], e["sha256"], e["score"], e["caption"], e["file"]) for r in records for p in r["pages"] for e in p["elements"]
+                          if e["kind"] == "image")
+    assert jsonl_images == sorted((u, s, sc, c, f"images/{files[s].name}") for u, s, sc, c in con.execute("select url, sha256, score, caption from images").fetchall())
+    jsonl_aux = sorted((r["id"], a["rank"], a["url"], a["sha256"], a["score"], a["caption"], a["selected"]) for r in records for a in r["aux_images"])
+    assert jsonl_aux == sorted(con.execute("select query_id, rank, url, sha256, score, caption, selected from aux_images").fetchall())
     image = first["pages"][0]["elements"][1]
     assert image["kind"] == "image" and image["placeholder"] == 1 and image["mode"] == "text_stand_in" and image["url"].startswith("https://i.example/")

@@ -97,6 +97,6 @@ def test_editing_the_figure_8_prompt_reruns_element_scoring_and_its_descendants_
     prompt = workflow_copy / "prompts/m2rag_score_text.md"
     prompt.write_text(prompt.read_text() + "\n")
     planned = _planned(workflow_copy)
-    assert "score_elements" in planned
-    assert planned == _descendants({"score_elements"}, children) - {"release", "evaluate", "catalog"}
-    assert not planned & {"sample_queries", "m2rag_split_pages", "classify_queries"}
+    assert "text_score_elements" in planned
+    assert planned == _descendants({"text_score_elements"}, children) - {"release", "evaluate", "catalog"}
+    assert not planned & {"sample_queries", "m2rag_split_pages", "classify_queries", "image_score_elements", "caption_images"}

@@ -1,7 +1,10 @@
 """The real Snakemake DAG for the M2RAG family on a few demo queries with the embedded model:
-release (sampled queries, pages, scored elements) + catalog; editing the classifier prompt reruns only
-classify_queries and its descendants
-and calls the model only for that prompt; a forced filter rerun is answered from the shared cache."""
+release (sampled queries, pages, images and auxiliary images cached, filtered, deduplicated,
+captioned, every element scored) + catalog; editing the classifier prompt reruns only
+classify_queries and its descendants and calls the model only for that prompt; a forced filter
+rerun is answered from the shared cache. On an up-to-date DAG (make_up_to_date): editing the
+figure 8 prompt reruns the text scorer and its descendants only; changing the image score
+threshold reruns no model-calling rule."""
 from __future__ import annotations
 
 import json
@@ -10,7 +13,8 @@ import duckdb
 import pytest
 import yaml
 
-from conftest import run_snakemake
+from conftest import make_up_to_date, run_snakemake
+from stages.core.ids import content_id
 
 pytestmark = pytest.mark.slow
 RUN = "data/runs/demo/m2rag"
@@ -47,16 +51,30 @@ def test_prompt_edit_reruns_only_the_classifier(workflow_copy):
     assert classified + rejected == 4
     # the release's queries are the per-topic sample; every sampled query's pages are released and scored
     assert manifest["tables"]["queries"] == con.execute("select count(*) from m2rag.sampled_queries").fetchone()[0] > 0
-    assert manifest["tables"]["elements"] == con.execute("select count(*) from m2rag.scored_elements").fetchone()[0] > 0
+    assert manifest["tables"]["elements"] == con.execute("select count(*) from m2rag.scored_elements where kind != 'aux_image'").fetchone()[0] > 0
+    caption_rejects = {row[0] for row in con.execute("select id from m2rag.caption_images_rejects").fetchall()}
     con.close()
+    # the release: pages with text pieces and images, every image a cached file, scored and captioned (or its caption rejected)
+    release = duckdb.connect(f"{manifest['path']}/benchmark.duckdb", read_only=True)
+    one = lambda sql: release.execute(sql).fetchone()[0]  # noqa: E731
+    assert one("select count(*) from images where sha256 = '' or score is null") == 0 < manifest["tables"]["images"]
+    uncaptioned = release.execute("select page_id, url from images where caption is null union all "
+                                  "select query_id, url from aux_images where caption is null").fetchall()
+    assert {content_id("imgref", owner, url) for owner, url in uncaptioned} <= caption_rejects
+    assert one("select count(*) from images where caption_mode = 'text_stand_in'") > 0
+    assert one("select count(*) from elements where kind = 'text'") > 0 and manifest["tables"]["aux_images"] == one("select count(*) from aux_images") > 0
+    for (sha,) in release.execute("select sha256 from images union select sha256 from aux_images").fetchall():
+        assert len(list((workflow_copy / manifest["path"] / "images").glob(f"{sha}.*"))) == 1
+    release.close()
     filter_before = reports(workflow_copy, "filter_queries", "filtered_queries")
     assert sum(r["stats"]["llm_calls"] for r in filter_before.values()) == 8  # 4 queries x 2 prompts (apply: false)
 
     prompt = workflow_copy / "prompts" / "m2rag_query_classify.md"
     prompt.write_text(prompt.read_text().replace("# Input Question", "Keep the analysis to one sentence.\n\n# Input Question"))
     planned = run_snakemake(workflow_copy, "release", "--configfile", str(config), "--dry-run")
-    assert jobs(planned.stdout) == ["build_catalog", "classify_queries", "m2rag_fetch_pages", "m2rag_search_web", "m2rag_split_pages",
-                                    "release", "release_m2rag", "sample_queries", "score_elements"]
+    assert jobs(planned.stdout) == ["build_catalog", "caption_images", "classify_queries", "image_score_elements", "m2rag_cache_images", "m2rag_fetch_pages",
+                                    "m2rag_filter_images", "m2rag_gather_images", "m2rag_phash_dedup", "m2rag_search_web", "m2rag_split_pages",
+                                    "release", "release_m2rag", "sample_queries", "text_score_elements"]
     run_snakemake(workflow_copy, "release", "--configfile", str(config))
     assert reports(workflow_copy, "filter_queries", "filtered_queries") == filter_before  # not rerun: 0 filter calls
     classify = reports(workflow_copy, "classify_queries", "classified_queries").values()
@@ -68,3 +86,24 @@ def test_prompt_edit_reruns_only_the_classifier(workflow_copy):
         assert report["stats"].get("llm_calls", 0) == 0 and report["stats"]["llm_cache_hits"] == 2 * report["rows_in"]
     for report in reports(workflow_copy, "classify_queries", "classified_queries").values():
         assert report["stats"].get("llm_calls", 0) == 0
+
+
+MODEL_RULES = {"filter_queries", "classify_queries", "caption_images", "text_score_elements", "image_score_elements"}
+
+
+def test_figure8_edit_reruns_text_scores_and_threshold_reruns_no_model(workflow_copy):
+    config = only_m2rag(workflow_copy)
+    make_up_to_date(workflow_copy, "release", "--configfile", str(config))
+    planned = run_snakemake(workflow_copy, "release", "--configfile", str(config), "--dry-run", "--rerun-triggers", "mtime")
+    assert jobs(planned.stdout) == []
+    prompt = workflow_copy / "prompts" / "m2rag_score_text.md"
+    prompt.write_text(prompt.read_text().replace("# Output Format", "Be brief.\n\n# Output Format"))
+    planned = run_snakemake(workflow_copy, "release", "--configfile", str(config), "--dry-run", "--rerun-triggers", "mtime")
+    assert jobs(planned.stdout) == ["build_catalog", "release", "release_m2rag", "text_score_elements"]
+
+    make_up_to_date(workflow_copy, "release", "--configfile", str(config))
+    settings = yaml.safe_load(config.read_text())
+    settings["m2rag"]["release_m2rag"]["min_image_score"] = 5
+    config.write_text(yaml.safe_dump(settings))
+    planned = run_snakemake(workflow_copy, "release", "--configfile", str(config), "--dry-run", "--rerun-triggers", "mtime", "params")
+    assert jobs(planned.stdout) == ["release", "release_m2rag"] and not MODEL_RULES & set(jobs(planned.stdout))

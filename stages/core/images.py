@@ -118,3 +118,24 @@ def flatten_to_rgb(im: Image.Image) -> Image.Image:
 def pdf_path(store: str | Path, sha256: str) -> Path:
     """Where the PDF store keeps a paper by the sha256 of its bytes (the layout of ImageStore)."""
     return Path(store) / sha256[:2] / f"{sha256}.pdf"
+
+
+def fit_longest_side(store: ImageStore, sha256: str, max_side: int) -> tuple[str, Path]:
+    """The stored image, or when its longest side exceeds `max_side` a copy scaled down to it (aspect
+    kept, same format; a GIF's first frame as PNG), stored by its own sha256 so a model call's cache
+    key names the bytes the model saw (M2RAG App. E: images go to MLLMs as 512-pixel thumbnails)."""
+    path = store.find(sha256)
+    if path is None:
+        raise FileNotFoundError(f"image {sha256} is not in the store at {store.root}")
+    with Image.open(path, formats=STORED_FORMATS) as im:
+        if max(im.size) <= max_side:
+            return sha256, path
+        fmt = {"GIF": "PNG"}.get(im.format, im.format)
+        im.seek(0)
+        small = (flatten_to_rgb(im) if fmt == "JPEG" else im.convert("RGBA" if im.mode in ("RGBA", "LA", "P", "PA") else "RGB"))
+        small.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+        buffer = io.BytesIO()
+        small.save(buffer, fmt, **({"quality": 90} if fmt in ("JPEG", "WEBP") else {}))
+    ext = EXTENSIONS[KEPT_FORMATS[fmt]]
+    sha = store.put(buffer.getvalue(), ext)
+    return sha, store.path(sha, ext)

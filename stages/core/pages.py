@@ -113,3 +113,12 @@ class PageStore:
         if not path.exists():
             atomic_write_bytes(path, body)
         return sha
+
+
+def surrounding_text(chunk: str, placeholder: str, width: int) -> str:
+    """Up to `width` characters either side of an image's placeholder in its text chunk, whitespace
+    squeezed: the page context an image is scored or captioned with (M2RAG §4.3, §5.2)."""
+    at = chunk.find(placeholder)
+    if at < 0:
+        return ""
+    return " ".join((chunk[max(0, at - width):at] + " " + chunk[at + len(placeholder):at + len(placeholder) + width]).split())

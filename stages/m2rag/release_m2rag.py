@@ -1,5 +1,6 @@
 """Release the M2RAG benchmark: the ELI5 queries filtered, classified and sampled as in M2RAG
-§4.1 / App. A, with their web pages split into pieces and images, each scored (§4.2-4.3, App. B).
+§4.1 / App. A, with their web pages split into pieces and images, their auxiliary images from image
+search, each scored (§4.2-4.3, App. B) and each image captioned (§5.2).
 
 `<releases_dir>/<name>/<version>/`: benchmark.duckdb with the tables `queries` (the sampled
 queries when `sampled` is given, else the classified queries; every shard gathered, ordered by
@@ -7,16 +8,22 @@ id), `categories` (M2RAG Table 1: id, name, queries over all classified queries;
 `filter_decisions` (step, label, queries: the figure 5 and 6 judgements, from the kept rows and
 the filter's rejects) and `reject_counts` (stage, reason, rows); with `pages` and `elements`
 also `pages` (the fetched pages of the sampled queries, in rank order), `elements` (ordered text
-pieces and image placeholders with their scores and `mode`), `images` (the image elements: url,
-score, mode, sha256 where the scorer saw a stored image) and `statistics` (M2RAG Table 4, computed
-from those tables), plus `m2rag.jsonl`: one record per query with its pages in rank order, each
-with its scored pieces and images in page order. The same tables under parquet/, and a dataset
-card README.md whose counts are queried from those tables. Not built yet: auxiliary images
-(Table 4's auxiliary rows read "not built") and cached image files. The version is a
-content hash of the inputs and params: an identical rebuild lands in the same folder.
+pieces and image placeholders with their scores and `mode`), `images` (the scored page images:
+url, alt, score, mode, sha256, caption and caption_mode from the optional `captions` input, and
+`selected`: score >= `min_image_score`, the seed's generation-input minimum, a decision apart from
+the score so changing it calls no model), `aux_images` (the scored auxiliary images of image
+search, score rows of kind aux_image: query_id, rank, url, title, sha256, score, mode, caption,
+caption_mode, selected) and `statistics` (M2RAG Table 4, computed from those tables), plus
+`m2rag.jsonl`: one record per query with its pages in rank order, each with its scored pieces and
+images (url, sha256, score, caption, file) in page order, and its auxiliary images; every image
+file, copied from `image_store`, as `images/<sha256>.<ext>`. The same tables under parquet/, and a
+dataset card README.md whose counts are queried from those tables. The version is a content hash
+of the inputs and params: an identical rebuild lands in the same folder.
 
-Invariant: query rows in (the sampled ones when given) = query rows released.
-Params: name, releases_dir, categories (the Table 1 list, for names and zero counts).
+Invariant: query rows in (the sampled ones when given) = query rows released. A released image
+missing from the image store stops the stage, naming it.
+Params: name, releases_dir, categories (the Table 1 list, for names and zero counts),
+min_image_score, image_store.
 """
 from __future__ import annotations
 
@@ -26,10 +33,11 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from stages.core.images import ImageStore
 from stages.core.release import md_table, publish_release, reject_counts
-from stages.core.stage import Input, Output, Param, Stage
+from stages.core.stage import Input, Output, Param, Stage, StageError
 
-VERSION = "2"
+VERSION = "3"
 
 _DECISIONS = """
 with judged as (
@@ -43,21 +51,25 @@ select step, label::int as label, count(*)::bigint as queries from judged group 
 """
 
 
-# M2RAG Table 4, item by item, over the released tables (auxiliary images are not built yet)
+# M2RAG Table 4, item by item, over the released tables
 STATISTICS = [
     ("Queries", "select count(*)::double from queries"),
     ("Web pages per query", "select count(*)::double / nullif((select count(*) from queries), 0) from pages"),
     ("Text elements per web page", "select count(*) filter (where kind = 'text')::double / nullif((select count(*) from pages), 0) from elements"),
     ("Images per query", "select count(*)::double / nullif((select count(*) from queries), 0) from images"),
+    ("Auxiliary images per query", "select count(*)::double / nullif((select count(*) from queries), 0) from aux_images"),
     ("Average score of text elements", "select avg(score)::double from elements where kind = 'text'"),
     ("Average score of image elements", "select avg(score)::double from images"),
+    ("Average auxiliary image score", "select avg(score)::double from aux_images"),
 ]
+_CAPTIONS = pa.schema([("owner_id", pa.string()), ("url", pa.string()), ("caption", pa.string()), ("mode", pa.string())])
 PAGE_COLUMNS = ["id", "query_id", "rank", "url", "final_url", "title", "chars", "images"]
 ELEMENT_COLUMNS = ["element_id", "page_id", "query_id", "order", "kind", "text", "image_url", "placeholder", "score", "analysis", "mode", "image_sha256"]
 
 
 def build_tables(queries: pa.Table, rejects: pa.Table, categories: list[dict], sampled: pa.Table | None = None,
-                 pages: pa.Table | None = None, elements: pa.Table | None = None) -> dict[str, pa.Table]:
+                 pages: pa.Table | None = None, elements: pa.Table | None = None, captions: pa.Table | None = None,
+                 min_image_score: int = 3) -> dict[str, pa.Table]:
     con = duckdb.connect()
     con.register("queries", queries)
     con.register("rejects", rejects)
@@ -81,14 +93,24 @@ def build_tables(queries: pa.Table, rejects: pa.Table, categories: list[dict], s
         con.register("pages", tables["pages"])
         tables["elements"] = con.execute(
             f'select {", ".join(chr(34) + c + chr(34) for c in ELEMENT_COLUMNS)} from raw_elements '
-            'where page_id in (select id from pages) order by query_id, page_id, "order"'
+            "where kind in ('text', 'image') and page_id in (select id from pages) order by query_id, page_id, \"order\""
         ).to_arrow_table()
         con.register("elements", tables["elements"])
+        con.register("captions", captions.select(_CAPTIONS.names) if captions is not None else _CAPTIONS.empty_table())
         tables["images"] = con.execute(
-            'select element_id, page_id, query_id, "order", image_url as url, text as alt, score, mode, image_sha256 as sha256 '
-            "from elements where kind = 'image' order by query_id, page_id, \"order\""
+            'select e.element_id, e.page_id, e.query_id, e."order", e.image_url as url, e.text as alt, e.score, e.mode, e.image_sha256 as sha256, '
+            f"c.caption, c.mode as caption_mode, e.score >= {int(min_image_score)} as selected "
+            "from elements e left join captions c on c.owner_id = e.page_id and c.url = e.image_url "
+            "where e.kind = 'image' order by e.query_id, e.page_id, e.\"order\""
         ).to_arrow_table()
         con.register("images", tables["images"])
+        tables["aux_images"] = con.execute(
+            'select e.query_id, e."order" as rank, e.image_url as url, e.text as title, e.image_sha256 as sha256, e.score, e.mode, '
+            f"c.caption, c.mode as caption_mode, e.score >= {int(min_image_score)} as selected, e.element_id as ref_id "
+            "from raw_elements e left join captions c on c.owner_id = e.query_id and c.url = e.image_url "
+            "where e.kind = 'aux_image' and e.query_id in (select id from sampled) order by e.query_id, e.\"order\", e.image_url"
+        ).to_arrow_table()
+        con.register("aux_images", tables["aux_images"])
         con.register("queries", tables["queries"])
         values = [con.execute(sql).fetchone()[0] for _, sql in STATISTICS]
         tables["statistics"] = pa.table({"item": [item for item, _ in STATISTICS], "value": pa.array(values, pa.float64())})
@@ -96,27 +118,61 @@ def build_tables(queries: pa.Table, rejects: pa.Table, categories: list[dict], s
     return tables
 
 
-def jsonl_records(tables: dict[str, pa.Table]) -> list[dict]:
-    """One record per query: its pages in rank order, each with its pieces and images in page order."""
+def image_file(sha256: str, files: dict[str, str]) -> str | None:
+    return files.get(sha256) if sha256 else None
+
+
+def jsonl_records(tables: dict[str, pa.Table], files: dict[str, str]) -> list[dict]:
+    """One record per query: its pages in rank order, each with its pieces and images in page
+    order, then its auxiliary images in rank order; `files` maps an image's sha256 to its path in
+    the release."""
+    images = {r["element_id"]: r for r in tables["images"].to_pylist()}
     pieces: dict[str, list[dict]] = {}
     for el in tables["elements"].to_pylist():
         if el["kind"] == "text":
             piece = {"order": el["order"], "kind": "text", "text": el["text"], "score": el["score"], "analysis": el["analysis"]}
         else:
+            image = images[el["element_id"]]
             piece = {"order": el["order"], "kind": "image", "placeholder": el["placeholder"], "url": el["image_url"], "alt": el["text"],
-                     "score": el["score"], "mode": el["mode"], "sha256": el["image_sha256"] or None}
+                     "score": el["score"], "mode": el["mode"], "sha256": el["image_sha256"] or None, "file": image_file(el["image_sha256"], files),
+                     "caption": image["caption"], "caption_mode": image["caption_mode"], "selected": image["selected"]}
         pieces.setdefault(el["page_id"], []).append(piece)
     pages: dict[str, list[dict]] = {}
     for page in tables["pages"].to_pylist():
         pages.setdefault(page["query_id"], []).append(
             {"rank": page["rank"], "url": page["url"], "title": page["title"], "elements": pieces.get(page["id"], [])})
+    aux: dict[str, list[dict]] = {}
+    for image in tables["aux_images"].to_pylist():
+        aux.setdefault(image["query_id"], []).append(
+            {"rank": image["rank"], "url": image["url"], "title": image["title"], "sha256": image["sha256"] or None,
+             "file": image_file(image["sha256"], files), "score": image["score"], "mode": image["mode"], "caption": image["caption"],
+             "caption_mode": image["caption_mode"], "selected": image["selected"]})
     return [{"id": q["id"], "question": q["question"], "categories": q["categories"], "category_names": q["category_names"],
-             "sample_category": q.get("sample_category"), "pages": pages.get(q["id"], [])} for q in tables["queries"].to_pylist()]
+             "sample_category": q.get("sample_category"), "pages": pages.get(q["id"], []), "aux_images": aux.get(q["id"], [])}
+            for q in tables["queries"].to_pylist()]
 
 
-def write_jsonl(tables: dict[str, pa.Table]):
+def image_files(tables: dict[str, pa.Table], store: ImageStore) -> dict[str, Path]:
+    """sha256 -> stored file of every released image (page and auxiliary)."""
+    found = {}
+    for table in ("images", "aux_images"):
+        for sha in tables[table].column("sha256").to_pylist():
+            if sha and sha not in found:
+                path = store.find(sha)
+                if path is None:
+                    raise StageError(f"released image {sha} ({table}) is not in the image store {store.root}")
+                found[sha] = path
+    return found
+
+
+def write_exports(tables: dict[str, pa.Table], stored: dict[str, Path]):
     def extra(folder: Path) -> None:
-        lines = [json.dumps(record, ensure_ascii=False) for record in jsonl_records(tables)]
+        files = {sha: f"images/{path.name}" for sha, path in stored.items()}
+        if stored:
+            (folder / "images").mkdir()
+        for sha, path in stored.items():
+            (folder / files[sha]).write_bytes(path.read_bytes())
+        lines = [json.dumps(record, ensure_ascii=False) for record in jsonl_records(tables, files)]
         (folder / "m2rag.jsonl").write_text("".join(line + "\n" for line in lines))
     return extra
 
@@ -125,7 +181,7 @@ def fmt(value) -> str:
     return "n/a" if value is None else f"{value:g}" if float(value).is_integer() else f"{value:.2f}"
 
 
-def card(name: str, version: str, tables: dict[str, pa.Table]) -> str:
+def card(name: str, version: str, tables: dict[str, pa.Table], min_image_score: int = 3) -> str:
     rows = lambda t: [list(r.values()) for r in tables[t].to_pylist()]  # noqa: E731
     total = tables["queries"].num_rows
     sampled = "sample_category" in tables["queries"].column_names
@@ -135,11 +191,16 @@ def card(name: str, version: str, tables: dict[str, pa.Table]) -> str:
     if "statistics" in tables:
         pages = [
             "## Statistics (M2RAG Table 4)",
-            md_table(["Item", "Value"], [[r["item"], fmt(r["value"])] for r in tables["statistics"].to_pylist()]
-                     + [["Auxiliary images per query", "not built"], ["Average auxiliary image score", "not built"]]),
+            md_table(["Item", "Value"], [[r["item"], fmt(r["value"])] for r in tables["statistics"].to_pylist()]),
             "Scores are 0-10 (figure 8 for text pieces, figure 9 for images; an image's `mode` says whether the scorer "
-            "saw it or its text stand-in). `m2rag.jsonl` holds one record per query: its pages in rank order with "
-            "their scored pieces and images in page order.",
+            "saw it or its text stand-in). Auxiliary images come from image search on the query (§4.2.1). Every image "
+            "was cached, filtered by size and CLIP score and deduplicated by pHash per query (§4.2.3), and carries a "
+            "detailed caption written with its surrounding text (§5.2; `caption_mode` says whether the captioner saw it). "
+            f"Images selected for generation (score >= {min_image_score}, the seed's code): "
+            f"{sum(tables['images'].column('selected').to_pylist())} of {tables['images'].num_rows} page images, "
+            f"{sum(tables['aux_images'].column('selected').to_pylist())} of {tables['aux_images'].num_rows} auxiliary images. "
+            "`m2rag.jsonl` holds one record per query: its pages in rank order with their scored pieces and images "
+            "in page order, then its auxiliary images; image files are `images/<sha256>.<ext>`.",
         ]
     return "\n\n".join(
         [
@@ -166,15 +227,17 @@ def card(name: str, version: str, tables: dict[str, pa.Table]) -> str:
 
 
 def run(ctx):
+    p = ctx.params
     queries = ctx.read("queries").sort_by("id")
-    optional = {name: ctx.read(name) for name in ("sampled", "pages", "elements") if ctx.has_input(name)}
+    optional = {name: ctx.read(name) for name in ("sampled", "pages", "elements", "captions") if ctx.has_input(name)}
     sampled = optional.get("sampled")
     if sampled is not None:
         sampled = sampled.sort_by("id")
     ctx.add_input((sampled if sampled is not None else queries).num_rows)
-    tables = build_tables(queries, ctx.read("rejects"), ctx.params["categories"], sampled, optional.get("pages"), optional.get("elements"))
-    extra = write_jsonl(tables) if "elements" in tables else None
-    publish_release(ctx, tables, lambda name, version: card(name, version, tables), extra)
+    tables = build_tables(queries, ctx.read("rejects"), p["categories"], sampled, optional.get("pages"), optional.get("elements"),
+                          optional.get("captions"), p["min_image_score"])
+    extra = write_exports(tables, image_files(tables, ImageStore(p["image_store"]))) if "elements" in tables else None
+    publish_release(ctx, tables, lambda name, version: card(name, version, tables, p["min_image_score"]), extra)
 
 
 STAGE = Stage(
@@ -185,7 +248,9 @@ STAGE = Stage(
         "queries": Input("m2rag_classified_queries shards", many=True, table="m2rag_classified_queries"),
         "sampled": Input("m2rag_sampled_queries: the benchmark's queries", many=True, optional=True, table="m2rag_sampled_queries"),
         "pages": Input("retrieval_pages of the sampled queries (fetch_pages)", many=True, optional=True, table="retrieval_pages"),
-        "elements": Input("m2rag_scored_elements (score_elements)", many=True, optional=True, table="m2rag_scored_elements"),
+        "elements": Input("m2rag_scored_elements (score_elements: text pieces, page images, auxiliary images)", many=True, optional=True,
+                          table="m2rag_scored_elements"),
+        "captions": Input("m2rag_image_captions (caption_images)", many=True, optional=True, table="m2rag_image_captions"),
         "rejects": Input("rejects sidecars of the family's stages, counted in the card", many=True, optional=True, table="rejects"),
     },
     outputs={"manifest": Output(None, "release manifest JSON: name, version, path, table rows")},
@@ -193,6 +258,8 @@ STAGE = Stage(
         "name": Param(str, help="release name: data/releases/<name>/<version>/", pattern=Param.PLAIN_NAME),
         "releases_dir": Param(str, "data/releases", "where releases land"),
         "categories": Param(list, help="M2RAG Table 1 categories [{id, name, description}]", items=dict),
+        "min_image_score": Param(int, 3, "images scoring at least this are `selected` as generation input (the seed's code: 3)", min=0, max=10),
+        "image_store": Param(str, "data/cache/images", "image store root the released image files are copied from"),
     },
     run=run,
 )

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import jsonschema
 from tqdm import tqdm
 
-from stages.core.images import ImageStore
+from stages.core.images import ImageStore, fit_longest_side
 from stages.core.prompts import PROMPTS_DIR, Prompt, PromptLibrary
 
 from .cache import CallCache, cache_key
@@ -142,6 +142,12 @@ class LLMClient:
             if found is None:
                 error = f"image: {sha} is not in the image store {self.images.root}"
                 break
+            if self.settings["image_max_side"] and BACKENDS[self.backend_name].sees_images:
+                try:
+                    sha, found = fit_longest_side(self.images, sha, self.settings["image_max_side"])
+                except (OSError, SyntaxError, ValueError) as err:  # a broken stored file fails this request only
+                    error = f"image: {sha} cannot be scaled to {self.settings['image_max_side']} pixels: {err}"
+                    break
             images.append((sha, found))
         return _Prepared(request, prompt, messages, images, sampling, error)
 

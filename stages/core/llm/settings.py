@@ -29,6 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "max_attempts": 3,
     "retry_temperature": 0.7,
     "image_store": "data/cache/images",
+    "image_max_side": 0,
     "cache": {"mode": "use", "path": "data/cache/llm.sqlite"},
     "llamacpp": {"model_path": None, "n_ctx": 4096, "n_threads": 1},
     "openai": {
