@@ -5,13 +5,13 @@
 # one report over all models (markdown laid out like Tables 4-5, Figure 4 plots, DuckDB file).
 # Per-model files use the shard slot of run_path for the model's position in eval_mavis.models
 # (<table>.00000.parquet = the first model); every table has a `model` column.
-EM = config.get("eval_mavis", {})
+MV = config.get("eval_mavis", {})
 
 
 def _mavis_release():
     """eval_mavis.release: null = this run's MAVIS release manifest; else a released MAVIS folder
     (its benchmark.duckdb is the input, so the rule reruns when the release changes)."""
-    given = EM.get("release")
+    given = MV.get("release")
     if not given:
         return f"{RUNDIR}/mavis/release_mavis/release.json"
     return str(Path(given) / "benchmark.duckdb") if Path(given).is_dir() else given
@@ -19,17 +19,17 @@ def _mavis_release():
 
 # With release null the evaluation needs this run's MAVIS release: it is skipped when the MAVIS
 # family is off (a config that turns MAVIS off to evaluate something else needs no eval_mavis edit).
-if EM.get("enabled", False) and (EM.get("release") or config.get("mavis", {}).get("enabled", False)):
-    _EM_MODELS = EM["models"]
-    _EM_M = [f"{i:05d}" for i in range(len(_EM_MODELS))]
-    _EM_JUDGE = {"judge": EM["judge"]["name"], "llm": llm_settings(config.get("llm"), EM["judge"].get("llm")),
-                 "vision": EM["judge"].get("vision")}
+if MV.get("enabled", False) and (MV.get("release") or config.get("mavis", {}).get("enabled", False)):
+    _MV_MODELS = MV["models"]
+    _MV_M = [f"{i:05d}" for i in range(len(_MV_MODELS))]
+    _MV_JUDGE = {"judge": MV["judge"]["name"], "llm": llm_settings(config.get("llm"), MV["judge"].get("llm")),
+                 "vision": MV["judge"].get("vision")}
 
-    def _em_candidate(w):
-        model = _EM_MODELS[int(w.m)]
+    def _mv_candidate(w):
+        model = _MV_MODELS[int(w.m)]
         return {"model": model["name"], "llm": llm_settings(config.get("llm"), model.get("llm")), "vision": model.get("vision")}
 
-    def _em(stage, table):
+    def _mv(stage, table):
         return run_path("eval_mavis", stage, table, "{m}")
 
     wildcard_constraints:
@@ -41,13 +41,13 @@ if EM.get("enabled", False) and (EM.get("release") or config.get("mavis", {}).ge
             prompts=prompt_files("mavis_eval_queries"),
             release=_mavis_release(),
         output:
-            queries=_em("mavis_generate_queries", "queries"),
+            queries=_mv("mavis_generate_queries", "queries"),
         params:
             io=stage_io,
             version=stage_version("mavis_generate_queries"),
-            settings=lambda w: settings({**_em_candidate(w), **EM.get("mavis_generate_queries", {})}),
+            settings=lambda w: settings({**_mv_candidate(w), **MV.get("mavis_generate_queries", {})}),
         resources:
-            gpu=lambda w: gpus(_em_candidate(w)["llm"]),
+            gpu=lambda w: gpus(_mv_candidate(w)["llm"]),
         log:
             log_path("eval_mavis", "mavis_generate_queries", "{m}"),
         benchmark:
@@ -61,11 +61,11 @@ if EM.get("enabled", False) and (EM.get("release") or config.get("mavis", {}).ge
             queries=rules.mavis_generate_queries.output.queries,
             release=_mavis_release(),
         output:
-            retrieved=_em("mavis_retrieve", "retrieved"),
+            retrieved=_mv("mavis_retrieve", "retrieved"),
         params:
             io=stage_io,
             version=stage_version("mavis_retrieve"),
-            settings=settings(EM.get("mavis_retrieve", {})),
+            settings=settings(MV.get("mavis_retrieve", {})),
         log:
             log_path("eval_mavis", "mavis_retrieve", "{m}"),
         benchmark:
@@ -80,13 +80,13 @@ if EM.get("enabled", False) and (EM.get("release") or config.get("mavis", {}).ge
             retrieved=rules.mavis_retrieve.output.retrieved,
             release=_mavis_release(),
         output:
-            responses=_em("mavis_generate_answers", "responses"),
+            responses=_mv("mavis_generate_answers", "responses"),
         params:
             io=stage_io,
             version=stage_version("mavis_generate_answers"),
-            settings=lambda w: settings({**_em_candidate(w), **EM.get("mavis_generate_answers", {})}),
+            settings=lambda w: settings({**_mv_candidate(w), **MV.get("mavis_generate_answers", {})}),
         resources:
-            gpu=lambda w: gpus(_em_candidate(w)["llm"]),
+            gpu=lambda w: gpus(_mv_candidate(w)["llm"]),
         log:
             log_path("eval_mavis", "mavis_generate_answers", "{m}"),
         benchmark:
@@ -101,14 +101,14 @@ if EM.get("enabled", False) and (EM.get("release") or config.get("mavis", {}).ge
             responses=rules.mavis_generate_answers.output.responses,
             release=_mavis_release(),
         output:
-            judgements=_em("mavis_judge", "judgements"),
-            sentences=_em("mavis_judge", "sentences"),
+            judgements=_mv("mavis_judge", "judgements"),
+            sentences=_mv("mavis_judge", "sentences"),
         params:
             io=stage_io,
             version=stage_version("mavis_judge"),
-            settings=settings({**_EM_JUDGE, **EM.get("mavis_judge", {})}),
+            settings=settings({**_MV_JUDGE, **MV.get("mavis_judge", {})}),
         resources:
-            gpu=gpus(_EM_JUDGE["llm"]),
+            gpu=gpus(_MV_JUDGE["llm"]),
         log:
             log_path("eval_mavis", "mavis_judge", "{m}"),
         benchmark:
@@ -123,12 +123,12 @@ if EM.get("enabled", False) and (EM.get("release") or config.get("mavis", {}).ge
             sentences=rules.mavis_judge.output.sentences,
             judgements=rules.mavis_judge.output.judgements,
         output:
-            scores=_em("mavis_score", "scores"),
-            summary=_em("mavis_score", "summary"),
+            scores=_mv("mavis_score", "scores"),
+            summary=_mv("mavis_score", "summary"),
         params:
             io=stage_io,
             version=stage_version("mavis_score"),
-            settings=settings(EM.get("mavis_score", {})),
+            settings=settings(MV.get("mavis_score", {})),
         log:
             log_path("eval_mavis", "mavis_score", "{m}"),
         benchmark:
@@ -136,7 +136,7 @@ if EM.get("enabled", False) and (EM.get("release") or config.get("mavis", {}).ge
         shell:
             stage_shell("mavis_score")
 
-    _EM_PER_MODEL = {
+    _MV_PER_MODEL = {
         "queries": rules.mavis_generate_queries.output.queries,
         "retrieved": rules.mavis_retrieve.output.retrieved,
         "responses": rules.mavis_generate_answers.output.responses,
@@ -149,7 +149,7 @@ if EM.get("enabled", False) and (EM.get("release") or config.get("mavis", {}).ge
     rule report_mavis:
         input:
             stage=stage_code("report_mavis"),
-            **{name: expand(path, m=_EM_M) for name, path in _EM_PER_MODEL.items()},
+            **{name: expand(path, m=_MV_M) for name, path in _MV_PER_MODEL.items()},
         output:
             report=f"{RUNDIR}/eval_mavis/report_mavis/report.md",
             groundedness_plot=f"{RUNDIR}/eval_mavis/report_mavis/groundedness_by_modality.png",
@@ -158,7 +158,7 @@ if EM.get("enabled", False) and (EM.get("release") or config.get("mavis", {}).ge
         params:
             io=stage_io,
             version=stage_version("report_mavis"),
-            settings=settings(EM.get("report_mavis", {})),
+            settings=settings(MV.get("report_mavis", {})),
         log:
             f"{RUNDIR}/logs/eval_mavis/report_mavis.log",
         benchmark:
@@ -167,5 +167,5 @@ if EM.get("enabled", False) and (EM.get("release") or config.get("mavis", {}).ge
             stage_shell("report_mavis")
 
     EVALUATIONS.append(rules.report_mavis.output.report)
-    for _path in _EM_PER_MODEL.values():
-        EVAL_TABLES.extend(expand(_path, m=_EM_M))
+    for _path in _MV_PER_MODEL.values():
+        EVAL_TABLES.extend(expand(_path, m=_MV_M))

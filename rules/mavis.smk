@@ -80,7 +80,7 @@ if MAVIS.get("enabled", False):
 
     _POST_IMAGES = config.get("images", {}).get("store", "data/cache/images")
 
-    def _llm(overrides):
+    def _post_image_llm(overrides):
         """The llm: section with one model's overrides; images resolve in the post image store."""
         return llm_settings(config.get("llm"), overrides, image_store=_POST_IMAGES)
 
@@ -88,10 +88,10 @@ if MAVIS.get("enabled", False):
         """The stage's section (mavis.<stage>) with its llm overrides merged into the llm: section."""
         section = dict(MAVIS.get(stage, {}))
         if stage == "filter_visual_dependency":
-            section["answerers"] = [{**a, "llm": _llm(a.get("llm"))} for a in section.get("answerers", [])]
-            section["judge"] = _llm(section.get("judge"))
+            section["answerers"] = [{**a, "llm": _post_image_llm(a.get("llm"))} for a in section.get("answerers", [])]
+            section["judge"] = _post_image_llm(section.get("judge"))
         else:
-            section["llm"] = _llm(section.get("llm"))
+            section["llm"] = _post_image_llm(section.get("llm"))
         return section
 
     _IMAGES_ON = config.get("images", {}).get("enabled", False)
