@@ -81,7 +81,7 @@ def run(ctx):
         if not params["clip_weights"] and not params["clip_random"]:
             raise StageError("generations with an image need CLIP: set clip_weights to a local open_clip checkpoint")
         clip = Clip(params["clip_model"], params["clip_weights"] or None, device)
-    items = {r["id"]: r for r in ctx.read_rows("items")}
+    items = {r["id"]: r for r in ctx.read_rows("source_items")}
     from PIL import Image
 
     for gen in gens:
@@ -121,7 +121,7 @@ STAGE = Stage(
     doc=__doc__,
     inputs={
         "generations": Input("attr_generations from generate_attributed", table="attr_generations"),
-        "items": Input("attr_items (the image files)", table="attr_items"),
+        "source_items": Input("attr_items (the image files)", table="attr_items"),
     },
     outputs={"citations": Output("attr_citations", "one row per summary sentence", counted=False)},
     params={

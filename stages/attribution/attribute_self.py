@@ -7,7 +7,7 @@ transformers, and the default llm backend is the same SmolLM2-135M GGUF through 
 with an image sees the image's description (the item's, else the img_cap caption) in the prompt;
 the image itself is not sent.
 
-Input: generations (attr_generations), items (attr_items). Output: citations (attr_citations,
+Input: generations (attr_generations), source_items (attr_items). Output: citations (attr_citations,
 method self), one row per summary sentence. Rejects: invalid_answer (no entry for some summary
 sentence, or an unknown id, after the client's retries; the raw answer is the detail).
 """
@@ -43,7 +43,7 @@ def to_units(cited: list[list[str]], units: list[str]) -> list[list[str]]:
 def run(ctx):
     params = ctx.params
     gens = ctx.read_rows("generations")
-    items = {r["id"]: r for r in ctx.read_rows("items")}
+    items = {r["id"]: r for r in ctx.read_rows("source_items")}
     requests, units = requests_for(gens, items, params["max_tokens"])
     with LLMClient.from_params(params["llm"], stats=ctx.stats) as client:
         answers = dict(zip([g["id"] for g in gens], client.run(requests, desc="self-attribution")))
@@ -73,7 +73,7 @@ STAGE = Stage(
     doc=__doc__,
     inputs={
         "generations": Input("attr_generations from generate_attributed", table="attr_generations"),
-        "items": Input("attr_items from attribution_inputs", table="attr_items"),
+        "source_items": Input("attr_items from attribution_inputs", table="attr_items"),
     },
     outputs={"citations": Output("attr_citations", "one row per summary sentence", counted=False)},
     params={

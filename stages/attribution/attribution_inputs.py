@@ -17,7 +17,7 @@ Reference citations are gold sources of summary sentences; the scorer matches th
 sentences by their text (lower-cased, punctuation removed) and asks the judge about the rest.
 Source sentences are split after . ! ? and at line breaks (stages/core/attribution.py).
 
-Input: items (a JSONL file). Output: items (attr_items), one row per valid line.
+Input: jsonl (the items file). Output: source_items (attr_items), one row per valid line.
 Rejects: bad_json, bad_field (a missing or mistyped field, a source id out of range),
 duplicate_id, empty_source (no sentence), image_missing (the file is not there), bad_placeholder
 (more than one <image>). Invariant: lines = rows + rejects.
@@ -94,7 +94,7 @@ def parse_item(record, base: Path) -> dict:
 
 
 def run(ctx):
-    path = Path(ctx.input_path("items"))
+    path = Path(ctx.input_path("jsonl"))
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
@@ -114,15 +114,15 @@ def run(ctx):
             seen.add(row["id"])
             ctx.stats["with_image"] += row["image"] is not None
             ctx.stats["with_reference_citations"] += bool(row["reference_citations"])
-            ctx.write("items", [row])
+            ctx.write("source_items", [row])
 
 
 STAGE = Stage(
     name="attribution_inputs",
     version=VERSION,
     doc=__doc__,
-    inputs={"items": Input("the items as JSONL (format in the module doc)", kind="file")},
-    outputs={"items": Output("attr_items", "one row per valid item")},
+    inputs={"jsonl": Input("the items as JSONL (format in the module doc)", kind="file")},
+    outputs={"source_items": Output("attr_items", "one row per valid item")},
     params={},
     run=run,
 )

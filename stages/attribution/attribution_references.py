@@ -7,7 +7,7 @@ Each row records its origin (file | silver) so a report never passes silver off 
 judge (`judge` empty) unmatched sentences have no reference and are left out of the scores.
 The judge sees the image's description (the item's, else the img_cap caption), not the image.
 
-Input: generations (attr_generations), items (attr_items). Output: references (attr_references),
+Input: generations (attr_generations), source_items (attr_items). Output: references (attr_references),
 one row per referenced summary sentence. Rejects: invalid_answer (the judge's answer has no valid
 entry for a summary sentence, or an unknown id, after retries; the raw answer is the detail).
 """
@@ -35,7 +35,7 @@ def file_references(gen: dict, item: dict | None) -> dict[int, list[str]]:
 def run(ctx):
     params = ctx.params
     gens = ctx.read_rows("generations")
-    items = {r["id"]: r for r in ctx.read_rows("items")}
+    items = {r["id"]: r for r in ctx.read_rows("source_items")}
     from_file = {g["id"]: file_references(g, items.get(g["item_id"])) for g in gens}
     asked, requests, listed = [], [], {}
     for gen in gens:
@@ -87,7 +87,7 @@ STAGE = Stage(
     doc=__doc__,
     inputs={
         "generations": Input("attr_generations from generate_attributed", table="attr_generations"),
-        "items": Input("attr_items (their reference citations)", table="attr_items"),
+        "source_items": Input("attr_items (their reference citations)", table="attr_items"),
     },
     outputs={"references": Output("attr_references", "one row per referenced summary sentence", counted=False)},
     params={

