@@ -168,10 +168,14 @@ def order_units(units: list[str]) -> list[str]:
 def parse_attribution(answer: dict, n_generated: int, n_source: int, image: bool) -> list[list[str]]:
     """The units of every summary sentence from an App. E answer; ValueError names what is wrong
     (a missing sentence, an unknown id, IMG without an image). A sentence listed twice keeps its
-    first entry."""
+    first entry. Summary sentences numbered 1..n (and no 0) are read as 1-based: the only reading
+    under which every sentence is there."""
+    entries = answer["attributions"]
+    numbers = {e["sentence"] for e in entries}
+    shift = 1 if n_generated and 0 not in numbers and numbers == set(range(1, n_generated + 1)) else 0
     found: dict[int, list[str]] = {}
-    for entry in answer["attributions"]:
-        j = entry["sentence"]
+    for entry in entries:
+        j = entry["sentence"] - shift
         units = []
         for part in entry["sources"]:
             if part == IMG:
