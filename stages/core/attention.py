@@ -198,11 +198,13 @@ def _span_labels(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -
     return out
 
 
-def build_prompt(runner: Runner, messages: list[dict], sentences: list[str], image=None, joiner: str = " ") -> Prompt:
+def build_prompt(runner: Runner, messages: list[dict], sentences: list[str], image=None, joiner: str = " ",
+                 continuation: str = "") -> Prompt:
     """Tokenize chat `messages` whose user text holds the marker `{SOURCE}` where the source goes.
 
     `sentences` are joined with `joiner` in place of the marker; `image` (a PIL image) is given to
-    the processor for a vision model, placed before the text of the last user message."""
+    the processor for a vision model, placed before the text of the last user message;
+    `continuation` is text the assistant has already written (teacher-forced, Figure 7)."""
     import torch
 
     if image is not None and not runner.vision:
@@ -217,7 +219,7 @@ def build_prompt(runner: Runner, messages: list[dict], sentences: list[str], ima
             chat.append({"role": m["role"], "content": parts})
         else:
             chat.append({"role": m["role"], "content": content})
-    text = runner.processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    text = runner.processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) + continuation
     if text.count(_MARKER) != 1:
         raise ValueError("the prompt must hold {SOURCE} exactly once")
     source = joiner.join(sentences)
