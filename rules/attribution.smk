@@ -160,6 +160,37 @@ if AT.get("enabled", False):
             stage_shell("score_attribution")
 
     EVALUATIONS.append(rules.score_attribution.output.report)
+
+    # MCiteBench's attention analyses (mcitebench.txt §5.3 Figures 6-7) on the MCiteBench evaluation's
+    # responses of its first model, with the same capture; off unless attribution.mcitebench_attention.enabled.
+    _AT_MCB = dict(AT.get("mcitebench_attention") or {})
+    if _AT_MCB.pop("enabled", False) and config.get("evaluate", {}).get("enabled", False):
+        rule mcitebench_attention:
+            input:
+                stage=stage_code("mcitebench_attention"),
+                prompts=prompt_files("mcitebench_attention", "mcitebench_answer"),
+                responses=run_path("eval_mcitebench", "generate_answers", "responses", "00000"),
+            output:
+                modality=_at("mcitebench_attention", "modality"),
+                figure_map=_at("mcitebench_attention", "figure_map"),
+                report=f"{RUNDIR}/attribution/mcitebench_attention/report.md",
+                plot_modality=f"{RUNDIR}/attribution/mcitebench_attention/figure6.png",
+                plot_map=f"{RUNDIR}/attribution/mcitebench_attention/figure7.png",
+            params:
+                io=stage_io,
+                version=stage_version("mcitebench_attention"),
+                settings=settings(_AT_MCB),
+            resources:
+                gpu=1 if str(_AT_MCB.get("device", "auto")).startswith("cuda") else 0,
+            log:
+                _at_log("mcitebench_attention"),
+            benchmark:
+                _at_bench("mcitebench_attention")
+            shell:
+                stage_shell("mcitebench_attention")
+
+        EVALUATIONS.append(rules.mcitebench_attention.output.report)
+        CATALOG_TABLES.extend([rules.mcitebench_attention.output.modality, rules.mcitebench_attention.output.figure_map])
     CATALOG_TABLES.extend([rules.attribution_inputs.output.source_items, rules.attribute_attention.output.citations,
                            rules.attribute_embedding.output.citations, rules.attribute_self.output.citations,
                            rules.attribution_references.output.references, rules.score_attribution.output.scores,

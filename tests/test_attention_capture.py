@@ -67,7 +67,7 @@ def test_hooks_pool_exactly_what_output_attentions_holds(runner, prompt):
 
 
 def test_generated_token_spans_rebuild_the_text(runner, prompt):
-    out = generate(runner, prompt, 24)
+    out = generate(runner, prompt, 12)
     assert out.text and "".join(out.text[a:b] for a, b in out.token_spans) == out.text
     assert out.pooled.shape == (len(out.token_ids), prompt.source_positions.size)
     assert np.all(out.pooled >= 0) and np.all(out.pooled.sum(axis=1) <= 1 + 1e-5)
@@ -82,7 +82,7 @@ def test_per_layer_pool_keeps_layers_apart(runner, prompt):
 
 def test_text_mode_item_through_the_stage_and_algorithm_1(runner):
     item = {"id": "knee", "sentences": SENTENCES, "image": None, "image_position": None}
-    params = {"model_name": "smollm2-135m", "max_new_tokens": 32, "summary_sentences": 1, "caption_tokens": 8}
+    params = {"model_name": "smollm2-135m", "max_new_tokens": 16, "summary_sentences": 1, "caption_tokens": 8}
     row = summarise(runner, item, "text", params)
     assert row["units"] == ["0", "1", "2"] and row["summary_sentences"]
     assert len(row["pooled"]) == len(row["token_sentence"]) and set(row["source_labels"]) == {0, 1, 2}
