@@ -8,7 +8,7 @@ over heads, keeps only the source positions, adds it to the step's sum, and drop
 the module's output so the layer's tensor is freed at once. A hook on the whole model closes each
 step (one forward = one generated token). What is held is therefore one vector over source tokens
 per generated token (or, with `per_layer`, one per layer), never layers x heads x sequence^2 as
-`output_attentions=True` holds (benchmarks/attention_memory.py measures both in one run).
+`output_attentions=True` holds (benchmarks/bench_attention_memory.py measures both in one run).
 
 Pooling over queries (the seed's mean over q): with the KV cache every step after the first has a
 single query; the first step (the prompt's prefill) has one per prompt position, and we keep only
@@ -327,17 +327,5 @@ def _common_prefix(a: str, b: str) -> str:
     return a[:n]
 
 
-def naive_attention_bytes(layers: int, heads: int, prompt_len: int, new_tokens: int, bytes_per: int = 4) -> int:
-    """What `output_attentions=True` holds after generating `new_tokens`: the prefill's
-    layers x heads x prompt^2 plus, per later step, layers x heads x (prompt + step)."""
-    prefill = layers * heads * prompt_len * prompt_len
-    steps = sum(layers * heads * (prompt_len + s) for s in range(1, new_tokens))
-    return (prefill + steps) * bytes_per
-
-
-def pooled_bytes(new_tokens: int, source_len: int) -> int:
-    return new_tokens * source_len * 4
-
-
 __all__ = ["IMAGE", "OTHER", "AttentionPool", "Generation", "Prompt", "Runner", "attend_last", "build_prompt",
-           "decoder_attention", "generate", "load_runner", "naive_attention_bytes", "pooled_bytes", "smollm2_gguf"]
+           "decoder_attention", "generate", "load_runner", "smollm2_gguf"]
