@@ -143,7 +143,8 @@ def write_report(ctx, name: str, fig6: list[np.ndarray], fig7) -> None:
         mean = np.nanmean(np.stack(fig6), axis=0)  # [modalities, layers]
         layers = mean.shape[1]
         early, late = slice(0, max(1, layers // 2)), slice(layers // 2, layers)
-        lines += [f"Figure 6 over {len(fig6)} responses:", "", "| modality | early layers (first half) | late layers (second half) |", "|---|---|---|"]
+        lines += [f"Figure 6 over {len(fig6)} responses (a modality is averaged over the responses that show it, so a "
+                  "column need not sum to 100%):", "", "| modality | early layers (first half) | late layers (second half) |", "|---|---|---|"]
         for m, row in zip(MODALITIES, mean):
             if not np.all(np.isnan(row)):
                 lines.append(f"| {m} | {100 * np.nanmean(row[early]):.1f}% | {100 * np.nanmean(row[late]):.1f}% |")
