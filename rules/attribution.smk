@@ -147,7 +147,7 @@ if AT.get("enabled", False):
         output:
             scores=_at("score_attribution", "scores"),
             summary=_at("score_attribution", "summary"),
-            report=f"{RUNDIR}/attribution/score_attribution/report.md",
+            report=report(f"{RUNDIR}/attribution/score_attribution/report.md", category="attribution", subcategory="evaluation"),
         params:
             io=stage_io,
             version=stage_version("score_attribution"),
@@ -173,9 +173,9 @@ if AT.get("enabled", False):
             output:
                 modality=_at("mcitebench_attention", "modality"),
                 figure_map=_at("mcitebench_attention", "figure_map"),
-                report=f"{RUNDIR}/attribution/mcitebench_attention/report.md",
-                plot_modality=f"{RUNDIR}/attribution/mcitebench_attention/figure6.png",
-                plot_map=f"{RUNDIR}/attribution/mcitebench_attention/figure7.png",
+                report=report(f"{RUNDIR}/attribution/mcitebench_attention/report.md", category="mcitebench", subcategory="attention"),
+                plot_modality=report(f"{RUNDIR}/attribution/mcitebench_attention/figure6.png", category="mcitebench", subcategory="attention"),
+                plot_map=report(f"{RUNDIR}/attribution/mcitebench_attention/figure7.png", category="mcitebench", subcategory="attention"),
             params:
                 io=stage_io,
                 version=stage_version("mcitebench_attention"),
