@@ -97,3 +97,19 @@ def test_minilm_baseline(tmp_path, items):
     rows = pq.read_table(cites).to_pylist()
     assert "0" in rows[0]["sources"]          # "The knee is swollen and hurts." ~ "Your knee is swollen."
     assert rows[1]["sources"] == ["2"]         # "Ibuprofen was advised." ~ "Take ibuprofen."
+
+
+def test_clip_places_the_image_once(tmp_path, items):
+    gens = tmp_path / "gens.parquet"
+    pq.write_table(pa.Table.from_pylist([generation()], schema=table_schema("attr_generations")), gens)
+    cites = tmp_path / "cites.parquet"
+    refused = run_stage("attribute_embedding", "--input", f"generations={gens}", "--input", f"source_items={items}",
+                        "--output", f"citations={cites}", "--params", json.dumps({"device": "cpu"}), check=False)
+    assert refused.returncode != 0 and "clip_weights" in refused.stderr  # no silent random CLIP outside tests
+    run_stage("attribute_embedding", "--input", f"generations={gens}", "--input", f"source_items={items}",
+              "--output", f"citations={cites}", "--params", json.dumps({"device": "cpu", "clip_random": True}))
+    rows = pq.read_table(cites).to_pylist()
+    assert sum("IMG" in r["sources"] for r in rows) == 1
+    assert all(r["image_score"] is not None for r in rows)
+    best = max(rows, key=lambda r: r["image_score"])
+    assert "IMG" in best["sources"]
