@@ -26,6 +26,7 @@ include: "rules/eval_mcitebench.smk"
 include: "rules/eval_mavis.smk"
 include: "rules/citeeval.smk"
 include: "rules/eval_m2rag.smk"
+include: "rules/attribution.smk"
 include: "rules/report.smk"
 
 

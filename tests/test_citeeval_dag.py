@@ -43,7 +43,7 @@ def test_citeeval_rules(tmp_path):
                 writer.writerow({**counts, "rating": 1 + 4 * share})
         (tmp_path / "human.csv").write_text("response_id,sentence_id,rating\nf1,1,3\nf1,2,5\nf2,1,\n")
         config = {
-            "run": "t", "mavis": {"enabled": False}, "mcitebench": {"enabled": False}, "m2rag": {"enabled": False},
+            "run": "t", "mavis": {"enabled": False}, "mcitebench": {"enabled": False}, "m2rag": {"enabled": False}, "attribution": {"enabled": False},
             "evaluate": {"enabled": True, "release": str(folder), "generate_answers": {"limit": 2, "max_tokens": 24},
                          "judge": {"name": "judge-smol"}, "models": [{"name": "smol-a"}]},
             "citeeval": {"enabled": True, "input": str(tmp_path / "samples.json"), "citeeval_prepare": {"model": "system-x", "limit": 0},

@@ -18,7 +18,7 @@ from m2rag_eval_fixtures import make_m2rag_release
 def test_snakemake_evaluate_m2rag(workflow_copy, tmp_path):
     folder = make_m2rag_release(tmp_path / "rel", aux=False, captions=False, pages=1, manifest=False)
     config = {
-        "run": "t", "mavis": {"enabled": False}, "mcitebench": {"enabled": False}, "m2rag": {"enabled": False},
+        "run": "t", "mavis": {"enabled": False}, "mcitebench": {"enabled": False}, "m2rag": {"enabled": False}, "attribution": {"enabled": False},
         "evaluate": {"enabled": False}, "citeeval": {"enabled": False},
         "eval_m2rag": {"enabled": True, "release": str(folder), "approaches": ["single_stage", "separate"],
                        "models": [{"name": "smol"}], "judge": {"name": "smol-judge", "llm": {"max_attempts": 1}},

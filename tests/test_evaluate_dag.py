@@ -16,7 +16,7 @@ def test_snakemake_evaluate(tmp_path):
     work = copy_repo_subset(tmp_path / "repo")
     jsonl = make_mcitebench_data(tmp_path / "released", [shrink(r) for r in reference_records()])
     config = {
-        "run": "t", "mavis": {"enabled": False}, "mcitebench": {"enabled": False}, "m2rag": {"enabled": False},
+        "run": "t", "mavis": {"enabled": False}, "mcitebench": {"enabled": False}, "m2rag": {"enabled": False}, "attribution": {"enabled": False},
         "evaluate": {"enabled": True, "release": str(jsonl), "generate_answers": {"limit": 2, "max_tokens": 24},
                      "score_mcitebench": {"scoring": "reference"},
                      "judge": {"name": "judge-smol"}, "swap_judge": {"name": "judge-smol-b", "llm": {"llamacpp": {"n_ctx": 4096}}},

@@ -1,0 +1,88 @@
+"""Self-attribution baseline (cite-while-you-generate.txt §4.2 "Model self-attribution", App. E):
+the summariser is asked, with the annotator's prompt (prompts/attribution_cite.md), which source
+sentences (and IMG) each of its summary sentences comes from.
+
+`llm` should name the model that wrote the summaries: the demo's summariser is SmolLM2-135M through
+transformers, and the default llm backend is the same SmolLM2-135M GGUF through llama.cpp. A model
+with an image sees the image's description (the item's, else the img_cap caption) in the prompt;
+the image itself is not sent.
+
+Input: generations (attr_generations), source_items (attr_items). Output: citations (attr_citations,
+method self), one row per summary sentence. Rejects: invalid_answer (no entry for some summary
+sentence, or an unknown id, after the client's retries; the raw answer is the detail).
+"""
+from __future__ import annotations
+
+from stages.core.attribution import IMG, cite_variables, parse_attribution
+from stages.core.llm import LLMClient, LLMRequest
+from stages.core.stage import Input, Output, Param, Reject, Stage
+
+VERSION = "1"
+PROMPT = "attribution_cite"
+
+
+def requests_for(gens: list[dict], items: dict, max_tokens: int) -> tuple[list[LLMRequest], dict]:
+    requests, units = [], {}
+    for gen in gens:
+        variables, gen_units = cite_variables(gen, items.get(gen["item_id"]))
+        units[gen["id"]] = gen_units
+        n_gen, n_src, image = len(variables["summary"]), len(variables["source"]), variables["image"]
+        requests.append(LLMRequest(
+            id=gen["id"], prompt=PROMPT, variables=variables,
+            sampling={"max_tokens": max_tokens} if max_tokens else None,
+            parse=lambda text, a=n_gen, b=n_src, c=image: parse_attribution(text, a, b, c),
+        ))
+    return requests, units
+
+
+def to_units(cited: list[list[str]], units: list[str]) -> list[list[str]]:
+    """Listed positions -> unit names (img_cap lists fewer sentences than it has units)."""
+    return [[u if u == IMG else units[int(u)] for u in c] for c in cited]
+
+
+def run(ctx):
+    params = ctx.params
+    gens = ctx.read_rows("generations")
+    items = {r["id"]: r for r in ctx.read_rows("source_items")}
+    requests, units = requests_for(gens, items, params["max_tokens"])
+    with LLMClient.from_params(params["llm"], stats=ctx.stats) as client:
+        answers = dict(zip([g["id"] for g in gens], client.run(requests, desc="self-attribution")))
+    for gen in gens:
+        with ctx.item(gen["id"]):
+            answer = answers[gen["id"]]
+            if not answer.ok:
+                raise Reject("invalid_answer", answer.detail)
+            cited = to_units(answer.value, units[gen["id"]])
+            ctx.write("citations", [{
+                "id": f"cite:self:{gen['id']}:{j}", "generation_id": gen["id"], "item_id": gen["item_id"], "mode": gen["mode"],
+                "method": "self", "sentence_index": j, "sentence": s, "sources": cited[j], "image_score": None,
+            } for j, s in enumerate(gen["summary_sentences"])])
+            ctx.stats["generations_attributed"] += 1
+
+
+def every_generation(ctx) -> str | None:
+    done = ctx.stats["generations_attributed"]
+    if ctx.rows_in != done + ctx.rejected:
+        return f"generations in {ctx.rows_in} != attributed {done} + rejected {ctx.rejected}"
+    return None
+
+
+STAGE = Stage(
+    name="attribute_self",
+    version=VERSION,
+    doc=__doc__,
+    inputs={
+        "generations": Input("attr_generations from generate_attributed", table="attr_generations"),
+        "source_items": Input("attr_items from attribution_inputs", table="attr_items"),
+    },
+    outputs={"citations": Output("attr_citations", "one row per summary sentence", counted=False)},
+    params={
+        "llm": Param(dict, {}, "llm settings of the summariser asked for its own citations", schema="llm"),
+        "max_tokens": Param(int, 0, "answer length budget in tokens (0 = the prompt's 200)", min=0),
+    },
+    run=run,
+    invariant=every_generation,
+)
+
+if __name__ == "__main__":
+    STAGE.main()
