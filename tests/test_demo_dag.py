@@ -1,0 +1,29 @@
+"""The bundled demo config plans every target with every family and evaluation on.
+
+Rule files share one Python namespace: a helper defined in two of them (as eval_mavis.smk and
+eval_m2rag.smk once both defined `_em_candidate`) makes the earlier file's lambdas call the later
+one's helper, and only a plan of the whole demo shows it. The other workflow tests switch
+families off to stay small, so this one plans them all without running anything."""
+import re
+
+from tests.conftest import run_snakemake
+
+# one rule per rules file that the demo's release, evaluate and report targets must plan
+EXPECTED = {
+    "harvest_pushshift", "retrieve_fact_documents", "filter_entailment_image", "release_mavis",  # mavis.smk
+    "m2rag_phash_dedup", "caption_images", "image_score_elements", "release_m2rag",  # m2rag.smk
+    "harvest_openreview", "parse_pdfs", "release_mcitebench",  # openreview.smk, mcitebench.smk
+    "build_text_index", "cache_images",  # retrieval.smk, images.smk
+    "generate_answers", "report_mcitebench",  # eval_mcitebench.smk
+    "mavis_generate_queries", "report_mavis",  # eval_mavis.smk
+    "m2rag_generate", "m2rag_report",  # eval_m2rag.smk
+    "citeeval_score", "citeeval_report",  # citeeval.smk
+    "generate_attributed", "score_attribution",  # attribution.smk
+    "report_funnel", "build_catalog",  # report.smk, common.smk
+}
+
+
+def test_demo_plans_release_evaluate_and_report(workflow_copy):
+    result = run_snakemake(workflow_copy, "-n", "release", "evaluate", "report", "--quiet", "rules")
+    planned = set(re.findall(r"^\s*(\w+)\s+\d+\s*$", result.stdout, re.MULTILINE))
+    assert EXPECTED <= planned, f"not planned: {sorted(EXPECTED - planned)}"
