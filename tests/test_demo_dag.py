@@ -27,3 +27,13 @@ def test_demo_plans_release_evaluate_and_report(workflow_copy):
     result = run_snakemake(workflow_copy, "-n", "release", "evaluate", "report", "--quiet", "rules")
     planned = set(re.findall(r"^\s*(\w+)\s+\d+\s*$", result.stdout, re.MULTILINE))
     assert EXPECTED <= planned, f"not planned: {sorted(EXPECTED - planned)}"
+
+
+def test_release_runs_no_evaluation(workflow_copy):
+    """The default target builds releases; evaluations (and their tables in the catalog) wait for
+    `evaluate`, so a release never pays for a model under test."""
+    result = run_snakemake(workflow_copy, "-n", "release", "--quiet", "rules")
+    planned = set(re.findall(r"^\s*(\w+)\s+\d+\s*$", result.stdout, re.MULTILINE))
+    evaluations = {"generate_answers", "mavis_generate_queries", "m2rag_generate", "attribution_inputs",
+                   "generate_attributed", "citeeval_prepare"}
+    assert "release_mavis" in planned and not planned & evaluations, sorted(planned & evaluations)
