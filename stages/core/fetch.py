@@ -39,6 +39,7 @@ import socket
 import tempfile
 import threading
 import zlib
+import dataclasses
 from dataclasses import dataclass, fields
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
@@ -541,3 +542,17 @@ def _check_type(url: str, content_type: str, accept: tuple[str, ...] | None) -> 
         return
     if not any(media.startswith(a) if a.endswith("/") else media == a for a in accept):
         raise FetchError("bad_content_type", f"{url}: Content-Type {media!r} not in {list(accept)}")
+
+
+def stage_fetch_settings(ctx) -> FetchSettings:
+    """A fetching stage's settings: its `fetch` param, the replay WARCs given as its `warcs` input,
+    and a check that record mode names the WARC to write (param `record_warc`)."""
+    try:
+        settings = FetchSettings.from_dict(ctx.params["fetch"])
+    except (TypeError, ValueError) as err:
+        raise StageError(f"param fetch: {err}") from None
+    if ctx.has_input("warcs"):
+        settings = dataclasses.replace(settings, replay_warcs=tuple(ctx.input_paths("warcs")))
+    if settings.mode == "record" and not ctx.params["record_warc"]:
+        raise StageError("fetch mode is 'record' but param record_warc (the WARC file to write) is empty")
+    return settings

@@ -20,11 +20,10 @@ config section), record_warc (the WARC file to write in record mode), workers, m
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 
 from tqdm import tqdm
 
-from stages.core.fetch import Fetcher, FetchError, FetchSettings
+from stages.core.fetch import Fetcher, FetchError, stage_fetch_settings
 from stages.core.ids import content_id
 from stages.core.images import ImageStore, normalize_image
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
@@ -70,14 +69,7 @@ def _pairs(ctx) -> list[tuple[str, str, int, object]]:
 
 def run(ctx) -> None:
     p = ctx.params
-    try:
-        settings = FetchSettings.from_dict(p["fetch"])
-    except (TypeError, ValueError) as err:
-        raise StageError(f"param fetch: {err}") from None
-    if ctx.has_input("warcs"):
-        settings = dataclasses.replace(settings, replay_warcs=tuple(ctx.input_paths("warcs")))
-    if settings.mode == "record" and not p["record_warc"]:
-        raise StageError("fetch mode is 'record' but param record_warc (the WARC file to write) is empty")
+    settings = stage_fetch_settings(ctx)
     store = ImageStore(p["store"])
     pairs = _pairs(ctx)
 

@@ -30,28 +30,14 @@ every fact_documents doc_id is in documents.
 """
 from __future__ import annotations
 
-import dataclasses
 
-from stages.core.fetch import Fetcher, FetchSettings
+from stages.core.fetch import Fetcher, stage_fetch_settings
 from stages.core.ids import content_id
 from stages.core.search import SearchCache, SearchFailed, make_provider
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.text_index import ShardIndex, merge_topk
 
 VERSION = "1"
-
-
-def _fetch_settings(ctx) -> FetchSettings:
-    p = ctx.params
-    try:
-        settings = FetchSettings.from_dict(p["fetch"])
-    except (TypeError, ValueError) as err:
-        raise StageError(f"param fetch: {err}") from None
-    if ctx.has_input("warcs"):
-        settings = dataclasses.replace(settings, replay_warcs=tuple(ctx.input_paths("warcs")))
-    if settings.mode == "record" and not p["record_warc"]:
-        raise StageError("fetch mode is 'record' but param record_warc (the WARC file to write) is empty")
-    return settings
 
 
 def _shards(ctx) -> list[ShardIndex]:
@@ -84,7 +70,7 @@ def run(ctx) -> None:
     p = ctx.params
     if not p["image_top_k"] and not p["text_top_k"]:
         raise StageError("image_top_k and text_top_k are both 0: nothing to retrieve")
-    settings = _fetch_settings(ctx)
+    settings = stage_fetch_settings(ctx)
     try:
         provider = make_provider(p["provider"], p["provider_settings"], need_key=settings.mode != "replay") if p["image_top_k"] else None
     except (ValueError, SearchFailed) as err:

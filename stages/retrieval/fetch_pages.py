@@ -30,7 +30,7 @@ import dataclasses
 import json
 import os
 
-from stages.core.fetch import Fetcher, FetchError, FetchSettings
+from stages.core.fetch import Fetcher, FetchError, stage_fetch_settings
 from stages.core.ids import content_id
 from stages.core.pages import HTML_TYPES, PageStore, Undecodable, count_images, decode_html, html_to_markdown, looks_broken
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
@@ -98,15 +98,8 @@ def run(ctx) -> None:
     p = ctx.params
     if p["reader"] not in ("local", "jina"):
         raise StageError(f"param reader must be local or jina, got {p['reader']!r}")
-    try:
-        settings = FetchSettings.from_dict(p["fetch"])
-    except (TypeError, ValueError) as err:
-        raise StageError(f"param fetch: {err}") from None
+    settings = stage_fetch_settings(ctx)
     settings = dataclasses.replace(settings, max_bytes=min(settings.max_bytes, p["max_bytes"]))
-    if ctx.has_input("warcs"):
-        settings = dataclasses.replace(settings, replay_warcs=tuple(ctx.input_paths("warcs")))
-    if settings.mode == "record" and not p["record_warc"]:
-        raise StageError("fetch mode is 'record' but param record_warc (the WARC file to write) is empty")
     key = os.environ.get(p["reader_key_env"], "").strip() if p["reader_key_env"] and settings.mode != "replay" else ""
     store = PageStore(p["store"])
     results = ctx.read_rows("results")

@@ -22,9 +22,8 @@ never an empty result. Invariant: queries in = queries with results + rejected.
 """
 from __future__ import annotations
 
-import dataclasses
 
-from stages.core.fetch import Fetcher, FetchSettings
+from stages.core.fetch import Fetcher, stage_fetch_settings
 from stages.core.ids import content_id
 from stages.core.queries import read_queries
 from stages.core.search import SearchCache, SearchFailed, make_provider
@@ -33,21 +32,9 @@ from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 VERSION = "1"
 
 
-def fetch_settings(ctx) -> FetchSettings:
-    try:
-        settings = FetchSettings.from_dict(ctx.params["fetch"])
-    except (TypeError, ValueError) as err:
-        raise StageError(f"param fetch: {err}") from None
-    if ctx.has_input("warcs"):
-        settings = dataclasses.replace(settings, replay_warcs=tuple(ctx.input_paths("warcs")))
-    if settings.mode == "record" and not ctx.params["record_warc"]:
-        raise StageError("fetch mode is 'record' but param record_warc (the WARC file to write) is empty")
-    return settings
-
-
 def run(ctx) -> None:
     p = ctx.params
-    settings = fetch_settings(ctx)
+    settings = stage_fetch_settings(ctx)
     wanted = [(kind, k) for kind, k in (("page", p["page_top_k"]), ("image", p["image_top_k"])) if k > 0]
     if not wanted:
         raise StageError("page_top_k and image_top_k are both 0: nothing to search for")
