@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stages.core.attribution import attribute
+from stages.core.attribution import attribute, every_generation
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "1"
@@ -45,13 +45,6 @@ def run(ctx):
             ctx.stats["sentences_uncited"] += sum(1 for c in cited if not c)
             ctx.write("citations", rows)
             ctx.stats["generations_attributed"] += 1
-
-
-def every_generation(ctx) -> str | None:
-    done = ctx.stats["generations_attributed"]
-    if ctx.rows_in != done + ctx.rejected:
-        return f"generations in {ctx.rows_in} != attributed {done} + rejected {ctx.rejected}"
-    return None
 
 
 STAGE = Stage(

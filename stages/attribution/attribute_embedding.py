@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stages.core.attribution import IMG, order_units
+from stages.core.attribution import IMG, every_generation, order_units
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.text_index import load_encoder
 
@@ -106,13 +106,6 @@ def run(ctx):
                 "image_score": float(image_scores[j]) if image_scores is not None else None,
             } for j, s in enumerate(summary)])
             ctx.stats["generations_attributed"] += 1
-
-
-def every_generation(ctx) -> str | None:
-    done = ctx.stats["generations_attributed"]
-    if ctx.rows_in != done + ctx.rejected:
-        return f"generations in {ctx.rows_in} != attributed {done} + rejected {ctx.rejected}"
-    return None
 
 
 STAGE = Stage(

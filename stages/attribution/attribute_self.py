@@ -13,7 +13,7 @@ sentence, or an unknown id, after the client's retries; the raw answer is the de
 """
 from __future__ import annotations
 
-from stages.core.attribution import IMG, cite_variables, parse_attribution
+from stages.core.attribution import IMG, cite_variables, every_generation, parse_attribution
 from stages.core.llm import LLMClient, LLMRequest
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
@@ -58,13 +58,6 @@ def run(ctx):
                 "method": "self", "sentence_index": j, "sentence": s, "sources": cited[j], "image_score": None,
             } for j, s in enumerate(gen["summary_sentences"])])
             ctx.stats["generations_attributed"] += 1
-
-
-def every_generation(ctx) -> str | None:
-    done = ctx.stats["generations_attributed"]
-    if ctx.rows_in != done + ctx.rejected:
-        return f"generations in {ctx.rows_in} != attributed {done} + rejected {ctx.rejected}"
-    return None
 
 
 STAGE = Stage(

@@ -244,3 +244,12 @@ def cite_variables(gen: dict, item: dict | None) -> tuple[dict, list[str]]:
         "image_position": position if position is not None else len(pairs),
         "source": [s for _, s in pairs], "summary": list(gen["summary_sentences"]),
     }, [u for u, _ in pairs]
+
+
+def every_generation(ctx) -> str | None:
+    """The invariant of the stages that attribute one generation at a time: generations in =
+    generations attributed (stat `generations_attributed`) + rejected."""
+    done = ctx.stats["generations_attributed"]
+    if ctx.rows_in != done + ctx.rejected:
+        return f"generations in {ctx.rows_in} != attributed {done} + rejected {ctx.rejected}"
+    return None
