@@ -129,6 +129,28 @@ def test_out_of_range_and_reversed_spans_are_rejects(tmp_path, httpserver: HTTPS
     assert report["rows_in"] == 3 == len(qa) + len(rejects)
 
 
+def test_max_triples_caps_the_answer_list_in_the_schema_and_the_prompt(tmp_path, httpserver: HTTPServer):
+    seen = []
+
+    def recording(request):
+        seen.append(request.get_json())
+        return rule_based_triples(request)
+    httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(recording)
+    llm = {"backend": "openai", "model": "rules", "cache": {"path": str(tmp_path / "llm.sqlite")}, "max_attempts": 2,
+           "openai": {"base_url": httpserver.url_for("/v1"), "max_retries": 1}}
+    write(tmp_path / "threads.parquet", [THREE_POINTS], "mcitebench_threads")
+    qa, rejects, report = _run(tmp_path, "capped", llm, max_triples=1)
+    # the server proposes three triples: over the cap of one, the answer is off-schema, retried, then a reject
+    assert len(seen) == 2 and qa == []
+    assert all(body["response_format"]["json_schema"]["schema"]["properties"]["triples"]["maxItems"] == 1 for body in seen)
+    assert "at most 1 entries" in seen[0]["messages"][-1]["content"]
+    assert [(r["id"], r["reason"]) for r in rejects] == [("t3p#0.0", "invalid_answer")] and "schema" in rejects[0]["detail"]
+    assert report["rows_in"] == 1 == len(rejects)
+
+    qa, _, _ = _run(tmp_path, "default", llm)  # the default cap (6) leaves room for all three
+    assert len(qa) == 2 and "at most 6 entries" in seen[-1]["messages"][-1]["content"]
+
+
 def test_embedded_model_checks_cache_and_prompt_edit(tmp_path):
     threads = [
         thread("t1", "How much does the gate contribute to accuracy? The ablation is unclear to me.",

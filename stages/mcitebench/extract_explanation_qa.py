@@ -24,7 +24,9 @@ A small model judges poorly, so deterministic checks decide what can be checked:
 
 Long threads: the reviewer note and the response are split at paragraph, then sentence,
 boundaries into parts of at most `max_prompt_chars` characters, and every (reviewer part, response
-part) pair is one call, so no text past a limit goes unseen (stat `parts_split` counts splits).
+part) pair is one call, so no text past a limit goes unseen (stat `parts_split` counts splits). A
+call returns at most `max_triples` triples (the answer schema's list limit and the prompt say so): a
+small model pads its list to the limit, so the limit bounds each call's length.
 
 Inputs:  threads (mcitebench_threads)
 Outputs: qa (mcitebench_qa, question_type "explanation", references = canonical labels)
@@ -42,10 +44,11 @@ import blingfire
 
 from stages.core.ids import content_id
 from stages.core.llm import LLMClient, LLMRequest
+from stages.core.prompts import load_answer_schema
 from stages.core.refs import parse_refs, unique_refs
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
-VERSION = "3"  # 2: every triple of a thread, answer = the span that answers it, long threads split; 3: spans by sentence number
+VERSION = "4"  # 2: every triple of a thread, answer = the span that answers it, long threads split; 3: spans by sentence number; 4: max_triples
 PROMPT = "mcitebench_explanation_qa"
 
 
@@ -86,8 +89,17 @@ def _normal(text: str) -> str:
     return " ".join(re.findall(r"\w+", text.lower()))
 
 
+def answer_schema(max_triples: int) -> dict:
+    """The answer schema with its list capped at `max_triples`: a small model pads its list up to the
+    cap (repeating one triple), so the cap is what bounds a call's tokens."""
+    schema = load_answer_schema(f"{PROMPT}.schema.json")
+    schema["properties"]["triples"]["maxItems"] = max_triples
+    return schema
+
+
 def run(ctx):
-    limit = ctx.params["max_prompt_chars"]
+    limit, max_triples = ctx.params["max_prompt_chars"], ctx.params["max_triples"]
+    schema = answer_schema(max_triples)
     todo, requests = [], []  # todo: (thread, request ids)
     spans = {}  # request id -> (the response part shown, its sentence spans)
     for thread in ctx.read_rows("threads"):
@@ -107,8 +119,9 @@ def run(ctx):
             for j, response_part in enumerate(response_parts):
                 ids.append(f"{thread['id']}#{i}.{j}")
                 spans[ids[-1]] = (response_part, sentence_spans(response_part))
-                requests.append(LLMRequest(id=ids[-1], prompt=PROMPT, variables={
-                    "question": review_part, "response": numbered(response_part, spans[ids[-1]][1])}))
+                requests.append(LLMRequest(id=ids[-1], prompt=PROMPT, schema=schema, variables={
+                    "question": review_part, "response": numbered(response_part, spans[ids[-1]][1]),
+                    "max_triples": max_triples}))
         todo.append((thread, ids))
 
     with LLMClient.from_params(ctx.params["llm"], stats=ctx.stats) as client:
@@ -177,6 +190,8 @@ STAGE = Stage(
         "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...)", schema="llm"),
         "max_prompt_chars": Param(int, 4000, "reviewer note and response are split into parts of at most this length; "
                                              "every pair of parts is one call", min=200),
+        "max_triples": Param(int, 6, "at most this many triples per call (one reviewer part against one response "
+                                     "part); the answer schema's list limit", min=1),
         "min_answer_words": Param(int, 5, "an answer span needs this many words besides its references", min=0),
     },
     run=run,

@@ -28,6 +28,9 @@ class LLMRequest:
     variables: dict[str, Any] = field(default_factory=dict)
     images: list[str] = field(default_factory=list)  # sha256 of images in the image store ("img:" prefix allowed)
     sampling: dict[str, Any] | None = None  # overrides the prompt's default sampling params
+    # Replaces the prompt's answer schema, e.g. with a maxItems a stage param sets (the same prompt
+    # with a tighter list stops a small model padding its answer to the schema's limit).
+    schema: dict[str, Any] | None = None
     # A text answer's own format (e.g. the XML tags of CiteEval's prompts): parse(text) returns the
     # value or raises ValueError naming what is wrong, which makes the answer invalid (retried).
     parse: Callable[[str], Any] | None = field(default=None, compare=False)
@@ -89,6 +92,10 @@ class _Prepared:
     images: list[tuple[str, Path]]
     sampling: dict
     error: str | None = None
+
+    @property
+    def schema(self) -> dict | None:
+        return self.request.schema if self.request.schema is not None else self.prompt.schema
 
 
 class LLMClient:
@@ -157,8 +164,8 @@ class LLMClient:
             sampling["temperature"] = max(sampling["temperature"], self.settings["retry_temperature"])
             sampling["seed"] = sampling["seed"] + attempt
         shas = [sha for sha, _ in prep.images]
-        key = cache_key(self.backend_name, self.model_id, prep.messages, shas, prep.prompt.kind, prep.prompt.schema, sampling)
-        return Call(prep.messages, prep.images, prep.prompt.kind, prep.prompt.schema, sampling, key)
+        key = cache_key(self.backend_name, self.model_id, prep.messages, shas, prep.prompt.kind, prep.schema, sampling)
+        return Call(prep.messages, prep.images, prep.prompt.kind, prep.schema, sampling, key)
 
     def run(self, requests_: list[LLMRequest], desc: str | None = None) -> list[LLMAnswer]:
         """Answers in request order. A prompt that fails to render raises PromptError (a code bug)."""
@@ -178,7 +185,7 @@ class LLMClient:
             retry = []
             for i in pending:
                 prep, (result, cached) = prepared[i], results[i]
-                value, error = judge(prep.prompt.kind, prep.prompt.schema, result)
+                value, error = judge(prep.prompt.kind, prep.schema, result)
                 if error is None and prep.request.parse is not None:
                     try:
                         value = prep.request.parse(value)
