@@ -1,0 +1,73 @@
+"""attribute_self through its CLI (cite-while-you-generate.txt §4.2 "Model self-attribution", App. E):
+the summariser's App. E answer, from an OpenAI-compatible server on 127.0.0.1 answering by rule,
+becomes source ids per summary sentence (1-based numbering read as such, IMG for the image); an
+answer citing an unknown source is rejected with its reason and raw text; then the embedded SmolLM2
+through the llm layer, where whatever it answers is either parsed ids or a counted reject."""
+import json
+
+import pyarrow.parquet as pq
+from pytest_httpserver import HTTPServer
+from werkzeug import Response
+
+from attribution_fixtures import generation, make_items, write_generations
+from conftest import run_stage
+
+TEXT_GEN = generation("b", "text") | {"has_image": False, "source_labels": [0, 1, 2], "pooled": [[0.3, 0.3, 0.4]] * 4}
+
+
+def _reply(content: str) -> Response:
+    body = {"id": "c", "object": "chat.completion", "model": "rule",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 20}}
+    return Response(json.dumps(body), content_type="application/json")
+
+
+def _attribute(tmp_path, llm, **params):
+    items = make_items(tmp_path)
+    gens = write_generations(tmp_path / "gens.parquet", [generation(), TEXT_GEN])
+    cites = tmp_path / "cites.parquet"
+    run_stage("attribute_self", "--input", f"generations={gens}", "--input", f"source_items={items}",
+              "--output", f"citations={cites}", "--params", json.dumps({"llm": llm, **params}))
+    return (pq.read_table(cites).to_pylist(), pq.read_table(f"{cites}.rejects.parquet").to_pylist(),
+            json.loads(open(f"{cites}.report.json").read()))
+
+
+def test_answers_become_source_ids_and_an_unknown_id_is_rejected(tmp_path, httpserver: HTTPServer):
+    seen = []
+
+    def by_rule(request):
+        content = request.get_json()["messages"][-1]["content"]
+        seen.append(content)
+        text = content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
+        asked = text.split("Now do the same for these.", 1)[1]
+        if "<image>" in asked:  # the item with an image: 1-based numbering, IMG and ids out of order
+            return _reply(json.dumps({"attributions": [{"sentence": 1, "sources": [1, 0]}, {"sentence": 2, "sources": ["IMG", 2]}]}))
+        return _reply(json.dumps({"attributions": [{"sentence": 0, "sources": [0]}, {"sentence": 1, "sources": [7]}]}))
+
+    httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(by_rule)
+    llm = {"backend": "openai", "model": "rule", "cache": {"path": str(tmp_path / "llm.sqlite")}, "max_attempts": 1,
+           "openai": {"base_url": httpserver.url_for("/v1"), "max_retries": 1}}
+    rows, rejects, report = _attribute(tmp_path, llm)
+    assert [(r["generation_id"], r["sentence_index"], r["sources"], r["method"]) for r in rows] == [
+        ("gen:a:img_raw", 0, ["0", "1"], "self"), ("gen:a:img_raw", 1, ["2", "IMG"], "self")]
+    assert [r["sentence"] for r in rows] == generation()["summary_sentences"]
+    assert [(r["id"], r["reason"]) for r in rejects] == [("gen:b:text", "invalid_answer")]
+    assert "7" in rejects[0]["detail"] and "not a source id" in rejects[0]["detail"]
+    assert report["rows_in"] == 2 == report["stats"]["generations_attributed"] + report["rejected"]
+    # the image is described in the prompt (the item has no description: the stand-in says so), never sent
+    assert len(seen) == 2 and all(isinstance(c, str) for c in seen)
+    with_image = next(c for c in seen if "<image>" in c.split("Now do the same for these.", 1)[1])
+    assert "Image: (no description given)" in with_image
+
+
+def test_embedded_model_answers_are_parsed_or_rejected(tmp_path):
+    llm = {"cache": {"path": str(tmp_path / "llm.sqlite")}, "max_attempts": 1}
+    rows, rejects, report = _attribute(tmp_path, llm, max_tokens=60)
+    assert report["rows_in"] == 2 == report["stats"].get("generations_attributed", 0) + report["rejected"]
+    assert report["stats"]["llm_calls"] == 2
+    assert all(r["reason"] == "invalid_answer" and "raw: " in r["detail"] for r in rejects)  # the raw answer kept
+    attributed = {r["generation_id"] for r in rows}
+    assert len(attributed) + len(rejects) == 2
+    for row in rows:  # every parsed citation names a source sentence of its generation (IMG only with the image)
+        allowed = {"0", "1", "2"} | ({"IMG"} if row["generation_id"] == "gen:a:img_raw" else set())
+        assert set(row["sources"]) <= allowed
