@@ -116,3 +116,21 @@ def llama_server(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+# --- eval_m2rag: one scripted single-stage run shared by the m2rag_generate / _judge / _report tests ---
+@pytest.fixture(scope="session")
+def m2rag_responses(tmp_path_factory):
+    """(responses parquet, request bodies) of m2rag_generate on the fixture release (tests/m2rag_scripted.py)."""
+    from m2rag_scripted import generate_single_stage
+
+    return generate_single_stage(tmp_path_factory.mktemp("m2rag_eval"))
+
+
+@pytest.fixture(scope="session")
+def m2rag_judgements(m2rag_responses):
+    """(judgements parquet, request bodies) of m2rag_judge on those responses."""
+    from m2rag_scripted import judge
+
+    responses, _ = m2rag_responses
+    return judge(responses.parent, responses)
