@@ -23,4 +23,5 @@ def test_image_path_sends_the_stored_image_and_the_stand_in_says_so(tmp_path, ht
     scores, rejects, report = run_scoring(tmp_path, "filter_entailment_image", openai_llm(tmp_path, httpserver), images=images, vision=False)
     assert [(s["doc_id"], s["mode"]) for s in scores] == [("webimg:1", "text_stand_in")]
     assert [(r["id"], r["reason"]) for r in rejects] == [("i1#0.0|webimg:2", "invalid_answer")] and "perhaps" in rejects[0]["detail"]
-    assert all(urls == [] for _, urls in seen) and 'describes it as: "Photo: ash in an engine"' in seen[0][0]
+    assert all(urls == [] for _, urls in seen)
+    assert any('describes it as: "Photo: ash in an engine"' in text for text, _ in seen)  # requests run concurrently: any order
