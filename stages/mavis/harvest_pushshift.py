@@ -44,14 +44,15 @@ and judged in full, so a malformed in-scope record is still named by its defect;
 record that plainly names an unconfigured subreddit is rejected as out of scope. msgspec does not
 check the bytes of the fields it skips, so a chunk that is not UTF-8 throughout goes the parsed
 way (bad_json for its bad lines); a number past a double's range in a field the harvest does not
-read is valid JSON and no longer a reason to reject the line. Everything after the decode is
-batched per decompressed chunk (a chunk's comments decoded at once): lines are counted at once,
-the cheapest rules run first, rejects are gathered and written as one Arrow batch
-(`ctx.reject_many`), kept rows are tuples gathered per shard and written as Arrow batches of the
-shard writer's batch size (so the Parquet files are the same, byte for byte, as row-by-row
-writes). The checks raise `Reject` and the line loop records it, instead of opening a `ctx.item`
-scope per record, which costs more than parsing the line. The cyclic garbage collector is off
-while reading (parsed records hold no cycles).
+read is valid JSON and no longer a reason to reject the line. A dump is read 64 KiB of compressed
+bytes at a time (about 1 MB of text: a chunk's lines and records stay in cache). Everything after
+the decode is batched per decompressed chunk (a chunk's comments decoded at once): lines are
+counted at once, the cheapest rules run first, rejects are gathered and written as Arrow batches
+(`ctx.reject_many`) of the writers' batch size and at each dump's end, kept rows are tuples
+gathered per shard and written as Arrow batches of the shard writer's batch size (so the Parquet
+files are the same, byte for byte, as row-by-row writes). The checks raise `Reject` and the line
+loop records it, instead of opening a `ctx.item` scope per record, which costs more than parsing
+the line. The cyclic garbage collector is off while reading (parsed records hold no cycles).
 
 Outputs, one file per shard (stable hash of the post id, comments sharded with their post):
 `posts` (reddit_posts) and `comments` (reddit_comments).
@@ -86,6 +87,7 @@ from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 VERSION = "3"
 
 MAX_WINDOW = 2**31  # pushshift dumps are compressed with --long=31
+CHUNK_SIZE = 1 << 16  # compressed bytes per read (see Speed)
 _SUBMISSIONS = re.compile(r"^(RS_\d{4}-\d{2}|.+_submissions)\.zst$")
 _COMMENTS = re.compile(r"^(RC_\d{4}-\d{2}|.+_comments)\.zst$")
 
@@ -108,7 +110,7 @@ def dump_kind(path: str) -> str:
     )
 
 
-def read_zstd_chunks(path: str, chunk_size: int = 1 << 20, progress: tqdm | None = None) -> Iterator[tuple[bytes, list[bytes]]]:
+def read_zstd_chunks(path: str, chunk_size: int = CHUNK_SIZE, progress: tqdm | None = None) -> Iterator[tuple[bytes, list[bytes]]]:
     """Yield (text, lines) per compressed chunk read of a (multi-frame) zstd file: the non-blank
     lines that end in this chunk and the decompressed text they were split from (which may end
     inside the next line); raise TruncatedFrame after the last complete line if the file ends
@@ -147,7 +149,7 @@ def read_zstd_chunks(path: str, chunk_size: int = 1 << 20, progress: tqdm | None
         raise TruncatedFrame(f"{path} ends inside a zstd frame")
 
 
-def read_zstd_lines(path: str, chunk_size: int = 1 << 20, progress: tqdm | None = None) -> Iterator[bytes]:
+def read_zstd_lines(path: str, chunk_size: int = CHUNK_SIZE, progress: tqdm | None = None) -> Iterator[bytes]:
     """The lines of `read_zstd_chunks`, one at a time."""
     for _, lines in read_zstd_chunks(path, chunk_size, progress):
         yield from lines
@@ -233,9 +235,12 @@ class _Harvest:
         self.reject_reasons.append(reason)
         self.reject_details.append(detail)
 
-    def flush(self) -> None:
-        self.ctx.reject_many(self.reject_ids, self.reject_reasons, self.reject_details)
-        self.reject_ids, self.reject_reasons, self.reject_details = [], [], []
+    def flush(self, dump_end: bool = False) -> None:
+        """Write every full batch of kept rows, and the rejects gathered once they fill a batch of
+        the writers' size or the dump ends."""
+        if dump_end or len(self.reject_ids) >= self.posts.batch_rows:
+            self.ctx.reject_many(self.reject_ids, self.reject_reasons, self.reject_details)
+            self.reject_ids, self.reject_reasons, self.reject_details = [], [], []
         self.posts.flush()
         self.comments.flush()
 
@@ -406,9 +411,9 @@ class _Harvest:
         except TruncatedFrame as err:
             ctx.add_input()
             self.reject(f"{name}:{line_no + 1}", "truncated_frame", str(err))
-            self.flush()
         except zstandard.ZstdError as err:
             raise StageError(f"{path}: not a readable zstd file ({err})") from None
+        self.flush(dump_end=True)
 
 
 def run(ctx):
@@ -428,7 +433,6 @@ def run(ctx):
         with tqdm(total=total, unit="B", unit_scale=True, desc="harvest_pushshift", mininterval=2) as bar:
             for path in ordered:
                 harvest.read(path, bar)
-        harvest.flush()
         harvest.posts.flush(final=True)
         harvest.comments.flush(final=True)
     finally:
