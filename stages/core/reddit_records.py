@@ -37,6 +37,9 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
 # i.redd.it urls are most image posts: this prefix fixes the host without a urlsplit
 _IREDDIT = ("https://i.redd.it/", "http://i.redd.it/")
+# http(s)://host/path in characters urlsplit takes as they are (no query, fragment, port, user,
+# brackets, spaces or controls): host and path read off directly, the same as urlsplit's
+_PLAIN_URL = re.compile(r"https?://([-.0-9A-Za-z]*)(/[-!$%&'()*+,./0-9:;=@A-Z_a-z~]*)?")
 
 
 _Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
@@ -227,8 +230,9 @@ def direct_image(url: str, extensions: tuple[str, ...]) -> str | None:
     # a url without query or fragment whose path is not empty ends with its path: no urlsplit needed
     if url.lower().endswith(extensions) and "?" not in url and "#" not in url and "/" in url[url.find("//") + 2 :]:
         return url
-    parts = urlsplit(url)
-    if parts.netloc.lower() == "i.redd.it" or parts.path.lower().endswith(extensions):
+    plain = _PLAIN_URL.fullmatch(url)
+    host, path = plain.groups("") if plain else urlsplit(url)[1:3]
+    if host.lower() == "i.redd.it" or path.lower().endswith(extensions):
         return url
     return None
 
