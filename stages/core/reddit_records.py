@@ -231,7 +231,13 @@ def direct_image(url: str, extensions: tuple[str, ...]) -> str | None:
     if url.lower().endswith(extensions) and "?" not in url and "#" not in url and "/" in url[url.find("//") + 2 :]:
         return url
     plain = _PLAIN_URL.fullmatch(url)
-    host, path = plain.groups("") if plain else urlsplit(url)[1:3]
+    if plain:
+        host, path = plain.groups("")
+    else:
+        try:
+            host, path = urlsplit(url)[1:3]
+        except ValueError:  # a malformed host ("http://[x/page"): no image to fetch
+            return None
     if host.lower() == "i.redd.it" or path.lower().endswith(extensions):
         return url
     return None

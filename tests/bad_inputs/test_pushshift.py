@@ -64,6 +64,7 @@ REJECTED_POSTS = {
     "score_is_fractional": (_post(score=4.5), "bad_field_type", "reddit:bad", ["score", "4.5", "float"]),
     "subreddit_is_a_number": (_post(subreddit=42), "bad_field_type", "reddit:bad", ["subreddit", "42", "int"]),
     "url_is_a_number": (_post(url=7), "bad_field_type", "reddit:bad", ["url", "7", "int"]),
+    "url_with_a_broken_host": (_post(url="http://[broken/page"), "no_image", "reddit:bad", ["[broken"]),
     "gallery_data_is_a_list": (_post(is_gallery=True, gallery_data=[{"media_id": "a"}]), "bad_field_type", "reddit:bad", ["gallery_data", "list"]),
     "id_is_an_integer": ({**GOOD, "id": 123}, "bad_field_type", "RS_2023-01.zst:2", ["id", "123", "int"]),
     "over_18_is_text": (_post(over_18="false"), "bad_field_type", "reddit:bad", ["over_18", "'false'", "str"]),
