@@ -64,4 +64,4 @@ def test_demo_sample_harvests_whole(tmp_path):
     run_stage("harvest_hub_dataset", "--input", f"data_files={REPO / 'data/samples/eli5.jsonl'}", "--output", f"queries={out}",
               "--params", json.dumps({"path": "json", "cache_dir": str(tmp_path / "hf")}))
     table = pq.read_table(out)
-    assert table.num_rows == len(set(table.column("id").to_pylist())) == 36
+    assert table.num_rows == len(set(table.column("id").to_pylist())) == 20
