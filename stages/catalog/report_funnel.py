@@ -2,7 +2,8 @@
 
 Reads the `*.report.json` sidecars every stage writes beside its first output (rows in, rejects by
 reason, model calls, cache hits, seconds; stages/core/stage.py), in the folders of the family's
-stage outputs, sums a stage's shards, and draws:
+stage outputs, sums each step's shards, and draws (a step is a rule's output folder, so a stage the
+DAG runs twice, like MAVIS's fact_cache_images beside cache_images, is two bars, not one sum):
 
 - `funnel`: one bar per stage in pipeline order (the order the stages first finished), as long as
   the rows the stage read, split into the rows it kept and its rejects stacked by reason;
@@ -23,7 +24,7 @@ from pathlib import Path
 from stages.core.stage import Input, Output, Param, Reject, Stage
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "1"
+VERSION = "2"  # 2: one bar per output folder (a stage run twice is two steps)
 _NUMBERS = ("rows_in", "rejected", "seconds")
 
 
@@ -41,14 +42,15 @@ def _read(path: Path) -> dict:
 
 
 def collect(ctx) -> list[dict]:
-    """Every stage's report with its shards summed, in the order the stages first finished."""
+    """Every step's report with its shards summed, in the order the steps first finished."""
     files = ctx.input_paths("outputs") + ctx.input_paths("release")
     sidecars = sorted({p for raw in files for p in Path(raw).resolve().parent.glob("*.report.json")})
     stages: dict[str, dict] = {}
     for path in sidecars:
         with ctx.item(str(path)):
             report = _read(path)
-            stage = stages.setdefault(report["stage"], {"stage": report["stage"], "first": path.stat().st_mtime, "rows_in": 0, "rejected": 0,
+            step = path.parent.name  # the rule's folder: the stage name, or e.g. fact_cache_images
+            stage = stages.setdefault(step, {"stage": step, "first": path.stat().st_mtime, "rows_in": 0, "rejected": 0,
                                                          "seconds": 0.0, "reasons": collections.Counter(), "stats": collections.Counter()})
             stage["first"] = min(stage["first"], path.stat().st_mtime)
             for key in _NUMBERS:
