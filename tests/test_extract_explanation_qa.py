@@ -147,8 +147,8 @@ def test_max_triples_caps_the_answer_list_in_the_schema_and_the_prompt(tmp_path,
     assert [(r["id"], r["reason"]) for r in rejects] == [("t3p#0.0", "invalid_answer")] and "schema" in rejects[0]["detail"]
     assert report["rows_in"] == 1 == len(rejects)
 
-    qa, _, _ = _run(tmp_path, "default", llm)  # the default cap (6) leaves room for all three
-    assert len(qa) == 2 and "at most 6 entries" in seen[-1]["messages"][-1]["content"]
+    qa, _, _ = _run(tmp_path, "default", llm)  # the default cap (10) leaves room for all three
+    assert len(qa) == 2 and "at most 10 entries" in seen[-1]["messages"][-1]["content"]
 
 
 def test_embedded_model_checks_cache_and_prompt_edit(tmp_path):

@@ -190,7 +190,7 @@ STAGE = Stage(
         "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...)", schema="llm"),
         "max_prompt_chars": Param(int, 4000, "reviewer note and response are split into parts of at most this length; "
                                              "every pair of parts is one call", min=200),
-        "max_triples": Param(int, 6, "at most this many triples per call (one reviewer part against one response "
+        "max_triples": Param(int, 10, "at most this many triples per call (one reviewer part against one response "
                                      "part); the answer schema's list limit", min=1),
         "min_answer_words": Param(int, 5, "an answer span needs this many words besides its references", min=0),
     },
