@@ -39,10 +39,10 @@ from __future__ import annotations
 import json
 import re
 
-import blingfire
 
 from stages.core.citeeval import CITATION
 from stages.core.ids import content_id
+from stages.core.sentences import line_sentences
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
@@ -70,25 +70,19 @@ def _ids(text: str) -> list[int]:
 def split_statements(text: str, min_chars: int) -> list[dict]:
     """Statements {sentence, citations (all, in order, duplicates kept)} of a response body."""
     statements: list[dict] = []
-    for line in text.splitlines():
-        if not line.strip():
+    for raw in line_sentences(text):
+        lead = _LEADING.match(raw)
+        if lead and statements:  # "[2] Next claim": [2] closes the statement before
+            statements[-1]["citations"] += _ids(lead.group(1))
+            raw = raw[lead.end():]
+        clean = _MARKER.sub("", raw).strip()
+        if statements and len(clean) < min_chars:  # a marker-only sentence or a short fragment
+            last = statements[-1]
+            last["sentence"] = f"{last['sentence']} {clean}".strip()
+            last["citations"] += _ids(raw)
             continue
-        for raw in blingfire.text_to_sentences(line.strip()).split("\n"):
-            raw = raw.strip()
-            if not raw:
-                continue
-            lead = _LEADING.match(raw)
-            if lead and statements:  # "[2] Next claim": [2] closes the statement before
-                statements[-1]["citations"] += _ids(lead.group(1))
-                raw = raw[lead.end():]
-            clean = _MARKER.sub("", raw).strip()
-            if statements and len(clean) < min_chars:  # a marker-only sentence or a short fragment
-                last = statements[-1]
-                last["sentence"] = f"{last['sentence']} {clean}".strip()
-                last["citations"] += _ids(raw)
-                continue
-            if clean:
-                statements.append({"sentence": clean, "citations": _ids(raw)})
+        if clean:
+            statements.append({"sentence": clean, "citations": _ids(raw)})
     return statements
 
 

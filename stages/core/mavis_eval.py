@@ -18,10 +18,10 @@ import json
 import re
 from pathlib import Path
 
-import blingfire
 import pyarrow.parquet as pq
 
 from .errors import StageError
+from .sentences import answer_sentences
 from .stage import Reject
 
 RELEASE_TABLES = ("instances", "facts", "documents", "images")  # fact_documents (gold support) is not read
@@ -91,19 +91,7 @@ def strip_citations(text: str) -> str:
 
 
 def split_sentences(text: str) -> list[str]:
-    sentences: list[str] = []
-    for line in (text or "").splitlines():
-        if not line.strip():
-            continue
-        for sentence in blingfire.text_to_sentences(line.strip()).split("\n"):
-            sentence = sentence.strip()
-            if not sentence:
-                continue
-            if sentences and _MARKERS_ONLY.match(sentence):
-                sentences[-1] = f"{sentences[-1]} {sentence}"
-            else:
-                sentences.append(sentence)
-    return sentences
+    return answer_sentences(text, lambda sentence: bool(_MARKERS_ONLY.match(sentence)))
 
 
 def plain_text(text: str) -> str:

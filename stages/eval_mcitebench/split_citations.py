@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import re
 
-import blingfire
 
 from stages.core.ids import content_id
 from stages.core.refs import citation_brackets, citation_refs
+from stages.core.sentences import answer_sentences
 from stages.core.stage import Input, Output, Stage
 
 VERSION = "2"
@@ -53,19 +53,7 @@ def only_markers(sentence: str) -> bool:
 
 
 def split_sentences(text: str) -> list[str]:
-    sentences: list[str] = []
-    for line in (text or "").splitlines():
-        if not line.strip():
-            continue
-        for sentence in blingfire.text_to_sentences(line.strip()).split("\n"):
-            sentence = sentence.strip()
-            if not sentence:
-                continue
-            if sentences and only_markers(sentence):
-                sentences[-1] = f"{sentences[-1]} {sentence}"
-            else:
-                sentences.append(sentence)
-    return sentences
+    return answer_sentences(text, only_markers)
 
 
 def parse_response(response: dict) -> tuple[dict, list[dict]]:
