@@ -53,7 +53,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from .retry import RETRY_EXCEPTIONS, RETRY_STATUSES, BodyTooLarge, HostRateLimiter, RetriesExhausted, RetryPolicy, read_body, with_retries
-from .stage import StageError
+from .stage import Param, StageError
 
 MODES = ("live", "record", "replay")
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -542,6 +542,13 @@ def _check_type(url: str, content_type: str, accept: tuple[str, ...] | None) -> 
         return
     if not any(media.startswith(a) if a.endswith("/") else media == a for a in accept):
         raise FetchError("bad_content_type", f"{url}: Content-Type {media!r} not in {list(accept)}")
+
+
+# The params of every fetching stage, read by `stage_fetch_settings`.
+FETCH_PARAMS = {
+    "fetch": Param(dict, {}, "fetch settings: the fetch: config section (stages.core.fetch.FetchSettings)", schema="fetch"),
+    "record_warc": Param(str, "", "in fetch mode 'record': the WARC file every response is written to"),
+}
 
 
 def stage_fetch_settings(ctx) -> FetchSettings:

@@ -23,7 +23,7 @@ import concurrent.futures
 
 from tqdm import tqdm
 
-from stages.core.fetch import Fetcher, FetchError, stage_fetch_settings
+from stages.core.fetch import FETCH_PARAMS, FetchError, Fetcher, stage_fetch_settings
 from stages.core.ids import content_id
 from stages.core.images import ImageStore, normalize_image
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
@@ -121,8 +121,7 @@ STAGE = Stage(
         "url_column": Param(str, "image_urls", "column with one url or a list of urls"),
         "query_column": Param(str, "", "column with the query id; empty: the owner is its own query"),
         "store": Param(str, "data/cache/images", "image store root (content-addressed, shared across runs)"),
-        "fetch": Param(dict, {}, "fetch settings: the fetch: config section (stages.core.fetch.FetchSettings)", schema="fetch"),
-        "record_warc": Param(str, "", "in fetch mode 'record': the WARC file every response is written to"),
+        **FETCH_PARAMS,
         "workers": Param(int, 8, "concurrent downloads (per-host limits still apply)", min=1),
         "max_pixels": Param(int, 64_000_000, "refuse images declaring more pixels than this, before decoding", min=1),
         "accept": Param(list, ["image/", "application/octet-stream", "binary/octet-stream"], "allowed Content-Types ('x/' = prefix); the bytes are checked anyway", items=str),

@@ -31,9 +31,9 @@ every fact_documents doc_id is in documents.
 from __future__ import annotations
 
 
-from stages.core.fetch import Fetcher, stage_fetch_settings
+from stages.core.fetch import FETCH_PARAMS, Fetcher, stage_fetch_settings
 from stages.core.ids import content_id
-from stages.core.search import SearchCache, SearchFailed, make_provider
+from stages.core.search import SEARCH_PARAMS, SearchCache, SearchFailed, make_provider
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.text_index import ShardIndex, merge_topk
 
@@ -157,12 +157,8 @@ STAGE = Stage(
     params={
         "image_top_k": Param(int, 5, "web images per fact (MAVIS: 5); 0 = no image search", min=0),
         "text_top_k": Param(int, 5, "C4 passages per fact (MAVIS: 5); 0 = no passages", min=0),
-        "provider": Param(str, "google", "image search provider (stages.core.search)", choices=("google", "searxng")),
-        "provider_settings": Param(dict, {}, "the provider's config section (stages/core/search/<provider>.py)"),
-        "cache_dir": Param(str, "data/cache/search", "result-list cache (live and record mode)"),
-        "cache_mode": Param(str, "use", "result-list cache: use, refresh (re-ask) or off", choices=("use", "refresh", "off")),
-        "fetch": Param(dict, {}, "fetch settings: the fetch: config section (stages.core.fetch.FetchSettings)", schema="fetch"),
-        "record_warc": Param(str, "", "in fetch mode 'record': the WARC file every response is written to"),
+        **SEARCH_PARAMS,
+        **FETCH_PARAMS,
     },
     run=run,
     invariant=invariant,

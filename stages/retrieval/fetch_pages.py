@@ -30,7 +30,7 @@ import dataclasses
 import json
 import os
 
-from stages.core.fetch import Fetcher, FetchError, stage_fetch_settings
+from stages.core.fetch import FETCH_PARAMS, FetchError, Fetcher, stage_fetch_settings
 from stages.core.ids import content_id
 from stages.core.pages import HTML_TYPES, PageStore, Undecodable, count_images, decode_html, html_to_markdown, looks_broken
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
@@ -156,8 +156,7 @@ STAGE = Stage(
         "store": Param(str, "data/cache/pages", "raw page bodies by sha256, shared across runs"),
         "max_bytes": Param(int, 5_000_000, "largest page accepted (also capped by fetch.max_bytes)", min=1),
         "workers": Param(int, 8, "concurrent fetches (per-host limits still apply)", min=1),
-        "fetch": Param(dict, {}, "fetch settings: the fetch: config section (stages.core.fetch.FetchSettings)", schema="fetch"),
-        "record_warc": Param(str, "", "in fetch mode 'record': the WARC file every response is written to"),
+        **FETCH_PARAMS,
     },
     run=run,
 )

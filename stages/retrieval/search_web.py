@@ -23,10 +23,10 @@ never an empty result. Invariant: queries in = queries with results + rejected.
 from __future__ import annotations
 
 
-from stages.core.fetch import Fetcher, stage_fetch_settings
+from stages.core.fetch import FETCH_PARAMS, Fetcher, stage_fetch_settings
 from stages.core.ids import content_id
 from stages.core.queries import read_queries
-from stages.core.search import SearchCache, SearchFailed, make_provider
+from stages.core.search import SEARCH_PARAMS, SearchCache, SearchFailed, make_provider
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "1"
@@ -103,16 +103,12 @@ STAGE = Stage(
     },
     outputs={"results": Output("retrieval_search_results", "ranked results, one row per (query, kind, rank)", counted=False)},
     params={
-        "provider": Param(str, "google", "search provider", choices=("google", "searxng")),
-        "provider_settings": Param(dict, {}, "the provider's config section (stages/core/search/<provider>.py)"),
+        **SEARCH_PARAMS,
         "page_top_k": Param(int, 10, "page results per query (M2RAG: 10); 0 = no page search", min=0),
         "image_top_k": Param(int, 0, "image results per query (MAVIS: 5 per atomic fact); 0 = no image search", min=0),
         "id_column": Param(str, "id", "query id column"),
         "text_column": Param(str, "text", "query text column"),
-        "cache_dir": Param(str, "data/cache/search", "result-list cache (live and record mode)"),
-        "cache_mode": Param(str, "use", "result-list cache: use, refresh (re-ask) or off", choices=("use", "refresh", "off")),
-        "fetch": Param(dict, {}, "fetch settings: the fetch: config section (stages.core.fetch.FetchSettings)", schema="fetch"),
-        "record_warc": Param(str, "", "in fetch mode 'record': the WARC file every response is written to"),
+        **FETCH_PARAMS,
     },
     run=run,
     invariant=invariant,

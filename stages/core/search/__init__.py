@@ -25,9 +25,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stages.core.fetch import Fetcher, FetchError
+from stages.core.stage import Param
 from stages.core.tables import atomic_write_bytes
 
 KINDS = ("page", "image")
+
+# The params of every searching stage: which provider, its config section, the result-list cache.
+SEARCH_PARAMS = {
+    "provider": Param(str, "google", "search provider (stages.core.search)", choices=("google", "searxng")),
+    "provider_settings": Param(dict, {}, "the provider's config section (stages/core/search/<provider>.py)"),
+    "cache_dir": Param(str, "data/cache/search", "result-list cache (live and record mode)"),
+    "cache_mode": Param(str, "use", "result-list cache: use, refresh (re-ask) or off", choices=("use", "refresh", "off")),
+}
 
 
 @dataclass
