@@ -6,14 +6,18 @@ Generates a monthly pushshift pair (RS_/RC_) of at least --mb MB uncompressed wi
 generator, then times, in the same run and on the same files, --repeat times each, interleaved (best kept):
   baseline  zstd stream decode + orjson parse of every line, nothing else (its own loop, not the
             stage's reader);
-  harvest   the harvest_pushshift stage end to end (checks, rules, sharded Parquet writes, rejects).
-Prints MB/s (uncompressed) for both and the harvest/baseline ratio, wall and CPU. Shared machines
-are noisy: compare the ratio of one run, not MB/s across runs.
+  harvest   the harvest_pushshift stage end to end (checks, rules, sharded Parquet writes, rejects),
+            which judges the comments in a second process while it judges the posts.
+Prints MB/s (uncompressed) for both and the harvest/baseline ratio of wall time, and the CPU
+seconds of each (the harvest's counting its comment reader process and writer threads): the
+harvest trades CPU for wall time on two cores. Shared machines are noisy: compare the ratio of
+one run, not MB/s across runs.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -52,6 +56,12 @@ def bare_parse(dumps: list[str]) -> tuple[float, int]:
     return time.perf_counter() - started, lines
 
 
+def _cpu_with_children() -> float:
+    """CPU seconds of this process and of its ended child processes."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=float, default=200.0, help="minimum uncompressed size of the dump pair")
@@ -86,9 +96,9 @@ def main() -> None:
             argv = [f"--input=dumps={d}" for d in dumps]
             argv += [f"--output=posts={out}/posts.{i:05d}.parquet" for i in range(4)]
             argv += [f"--output=comments={out}/comments.{i:05d}.parquet" for i in range(4)]
-            started, cpu = time.perf_counter(), time.process_time()
+            started, cpu = time.perf_counter(), _cpu_with_children()
             STAGE.main([*argv, "--params", json.dumps(params)])
-            harvest, harvest_cpu = min(harvest, time.perf_counter() - started), min(harvest_cpu, time.process_time() - cpu)
+            harvest, harvest_cpu = min(harvest, time.perf_counter() - started), min(harvest_cpu, _cpu_with_children() - cpu)
             report = json.loads((out / "posts.00000.parquet.report.json").read_text())
 
     mb = size / 1e6
@@ -96,7 +106,7 @@ def main() -> None:
     print(f"baseline zstd decode + orjson parse: {baseline:7.2f}s  {mb / baseline:8.1f} MB/s")
     print(f"harvest_pushshift end to end:        {harvest:7.2f}s  {mb / harvest:8.1f} MB/s")
     print(f"harvest / baseline throughput ratio: {baseline / harvest:.2f} (target >= 0.5)")
-    print(f"CPU seconds (this process): baseline {baseline_cpu:.2f}s, harvest {harvest_cpu:.2f}s, ratio {baseline_cpu / harvest_cpu:.2f}")
+    print(f"CPU seconds: baseline {baseline_cpu:.2f}s, harvest {harvest_cpu:.2f}s (both processes), ratio {baseline_cpu / harvest_cpu:.2f}")
 
 
 if __name__ == "__main__":

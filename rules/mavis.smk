@@ -22,6 +22,7 @@ if MAVIS.get("enabled", False):
                 io=stage_io,
                 version=stage_version("harvest_pushshift"),
                 settings=settings(_harvest),
+            threads: 2  # posts here, comments in a reader process (stages/core/forked.py)
             log:
                 log_path("mavis", "harvest_pushshift"),
             benchmark:

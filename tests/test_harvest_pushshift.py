@@ -3,9 +3,11 @@ bad lines and truncated files."""
 from __future__ import annotations
 
 import json
+import os
 
 import msgspec
 import orjson
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -13,6 +15,7 @@ import zstandard
 
 from conftest import REPO, run_stage
 from stages.core.reddit_records import PlainPost, plain_gallery_urls
+from stages.mavis import harvest_pushshift
 from stages.mavis.harvest_pushshift import GALLERY_ITEM_REASONS, TruncatedFrame, image_urls, read_zstd_lines
 
 DOMAINS = {"Science": ["askscience"], "Art & Design": ["woodworking"]}
@@ -125,6 +128,75 @@ def test_harvest_keeps_image_posts_and_top_level_comments(tmp_path):
                               "not_top_level", "post_not_kept", "duplicate"])
     assert report["rows_in"] == 8 + 5 == len(posts) + len(comments) + len(rejects)
     assert report["rejected_by_reason"]["duplicate"] == 2
+
+
+def test_comment_verdicts_keep_reading_order(tmp_path):
+    """Comments are judged in a reader process and joined to the kept posts here: the rejects of
+    both steps (not_top_level there, post_not_kept here) come out in line order, across chunks."""
+    rs = _zst(tmp_path / "RS_2023-01.zst", [_post("a"), _post("b")])
+    comments, expected = [], []
+    for i in range(6000):  # several of the reader's chunks
+        kind = i % 5
+        if kind == 0:
+            comments.append(_comment(f"k{i}", "a"))
+        elif kind == 1:
+            comments.append(_comment(f"t{i}", "a", parent=f"t1_k{i - 1}"))
+            expected.append((f"reddit:t{i}", "not_top_level"))
+        elif kind == 2:
+            comments.append(_comment(f"o{i}", "gone"))
+            expected.append((f"reddit:o{i}", "post_not_kept"))
+        elif kind == 3:
+            comments.append(_comment(f"k{i - 3}", "b"))  # the id of the comment 3 lines up
+            expected.append((f"reddit:k{i - 3}", "duplicate"))
+        else:
+            comments.append(_comment(f"b{i}", "b", score="many"))
+            expected.append((f"reddit:b{i}", "bad_field_type"))
+    lines = [orjson.dumps({**c, "body": os.urandom(200).hex()}) for c in comments]  # incompressible: over 1 MB of zstd
+    data = b"\n".join(lines) + b"\n"
+    c = zstandard.ZstdCompressor()
+    (tmp_path / "RC_2023-01.zst").write_bytes(c.compress(data[: len(data) // 2]) + c.compress(data[len(data) // 2 :]))
+    posts, kept, rejects, report = _harvest(tmp_path, [tmp_path / "RC_2023-01.zst", rs])
+    assert [(r["id"], r["reason"]) for r in rejects] == expected
+    assert [k["id"] for k in kept if k["post_id"] == "reddit:a"] == [f"reddit:k{i}" for i in range(0, 6000, 5)]
+    assert report["rows_in"] == 2 + 6000 == len(posts) + len(kept) + len(rejects)
+
+
+@pytest.mark.parametrize("budget", [0, 1 << 30], ids=["over_budget", "within_budget"])
+def test_comment_reader_holds_its_verdicts_until_the_posts_are_known(tmp_path, monkeypatch, budget):
+    """The reader judges ahead while the posts are read, polling for the kept posts; past
+    PENDING_TEXT of held text it waits for them. Either way every comment is joined to them."""
+    monkeypatch.setattr(harvest_pushshift, "PENDING_TEXT", budget)
+    c = zstandard.ZstdCompressor()
+    first = b"\n".join(orjson.dumps({**_comment(f"k{i}", "a"), "body": os.urandom(600).hex()}) for i in range(500)) + b"\n"
+    path = tmp_path / "RC_2023-01.zst"
+    path.write_bytes(c.compress(first) + c.compress(orjson.dumps(_comment("late", "gone")) + b"\n"))
+    asked = []
+
+    def receive(block):
+        asked.append(block)
+        return {"a": 1} if block else None
+
+    messages = list(harvest_pushshift.judged_comments([str(path)], 2, receive))
+    chunks = [m for m in messages if m[0] == "chunk"]
+    assert len(chunks) > 1
+    # over budget: it waits at once; within: it polls after each chunk and waits at the end
+    assert asked == ([True] if budget == 0 else [False] * len(chunks) + [True])
+    assert sum(m[1] for m in chunks) == 501 and messages[-1] == ("dump_end",)
+    kept = [pa.ipc.read_record_batch(m[3][1], harvest_pushshift.COMMENTS).num_rows for m in chunks]
+    rejects = [r for m in chunks for r in pa.ipc.read_record_batch(m[4], harvest_pushshift.REJECTS).to_pylist()]
+    assert sum(kept) == 500 and rejects == [{"id": "reddit:late", "reason": "post_not_kept", "detail": "t3_gone"}]
+
+
+def test_posts_without_comments_and_comments_without_posts(tmp_path):
+    rs = _zst(tmp_path / "RS_2023-01.zst", [_post("a"), _post("c", sub="pics")])
+    posts, comments, rejects, report = _harvest(tmp_path, [rs])
+    assert [p["id"] for p in posts] == ["reddit:a"] and comments == []
+    assert report["rows_in"] == 2
+    rc = _zst(tmp_path / "RC_2023-01.zst", [_comment("k1", "a"), _comment("k2", "a", parent="t1_k1")])
+    posts, comments, rejects, report = _harvest(tmp_path, [rc])
+    assert posts == [] == comments
+    assert [(r["id"], r["reason"]) for r in rejects] == [("reddit:k1", "post_not_kept"), ("reddit:k2", "not_top_level")]
+    assert report["rows_in"] == 2
 
 
 def test_comments_land_in_their_posts_shard(tmp_path):

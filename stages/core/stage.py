@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import yaml
 
 from .errors import StageError
@@ -431,16 +432,19 @@ class Context:
         self._rejects.write({"id": item_id, "stage": self.stage.name, "reason": reason, "detail": detail[:2000]})
         self.rejected_by_reason[reason] += 1
 
-    def reject_many(self, ids: list[str], reasons: list[str], details: list[str]) -> None:
+    def reject_many(self, ids, reasons, details) -> None:
         """Rejects judged in bulk (a harvest's millions of lines), the same rows as one `reject`
-        per item, written as one Arrow batch: per-row calls cost more than the judging."""
-        if not ids:
+        per item, written as one Arrow batch: per-row calls cost more than the judging. Each
+        column is a list of strings or an Arrow string array."""
+        if not len(ids):
             return
         if self._rejects is None:
             self._rejects = TableWriter(f"{self.sidecar_base}.rejects.parquet", REJECTS_SCHEMA, "rejects")
-        columns = [ids, [self.stage.name] * len(ids), reasons, [d if len(d) <= 2000 else d[:2000] for d in details]]
-        self._rejects.write_many(pa.Table.from_arrays([pa.array(c, pa.string()) for c in columns], schema=REJECTS_SCHEMA))
-        self.rejected_by_reason.update(reasons)
+        ids, reasons, details = (pa.array(column, pa.string()) for column in (ids, reasons, details))
+        columns = [ids, pa.repeat(pa.scalar(self.stage.name), len(ids)), reasons, pc.utf8_slice_codeunits(details, 0, 2000)]
+        self._rejects.write_many(pa.Table.from_arrays(columns, schema=REJECTS_SCHEMA))
+        for counted in pc.value_counts(reasons).to_pylist():
+            self.rejected_by_reason[counted["values"]] += counted["counts"]
 
     @property
     def rejected(self) -> int:

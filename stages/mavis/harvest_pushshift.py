@@ -33,9 +33,19 @@ A bad_field_type detail names the field, the value and its type. A whole-input p
 that is not zstd, an empty or corrupt one) fails the stage with one line naming the file; a file
 that ends mid-frame is one truncated_frame reject after its readable lines.
 
-Speed: a monthly dump is mostly other subreddits, so a post's subreddit is first read from the
-line's bytes: a line that is one JSON object holding `"subreddit":"<name>"` and `"id":"<id>"` once
-each, without escapes, and naming an unconfigured subreddit, is a subreddit_not_configured reject
+Speed: the posts and the comments are judged at once, on two cores. A comment reader process
+(forked at the start, stages/core/forked.py) reads the comment dumps and applies the comment rules
+that need no post (the checks, duplicate, not_top_level) while this process judges the posts. It
+holds what it judged until this process sends it the kept posts (at most PENDING_TEXT of comment
+text; then it waits for them), joins each chunk to them (post_not_kept, or the post's shard) with
+its rejects in reading order, and hands the chunk over as Arrow batches, at most READ_AHEAD chunks
+ahead. Every verdict is the one a single process would reach: the kept posts are complete when
+the join runs. Parquet encoding runs in two writer threads (it releases the GIL), one write at a
+time per shard.
+
+A monthly dump is mostly other subreddits, so a post's subreddit is first read from the line's
+bytes: a line that is one JSON object holding `"subreddit":"<name>"` and `"id":"<id>"` once each,
+without escapes, and naming an unconfigured subreddit, is a subreddit_not_configured reject
 without a parse (a post with an id already kept still goes to the duplicate rule). Any other line
 is first decoded (msgspec) into the plain shape of its kind (`PlainPost`, `PlainComment` in
 reddit_records: the fields the rules read, each of its plain type; the other fields are skipped,
@@ -44,15 +54,16 @@ and judged in full, so a malformed in-scope record is still named by its defect;
 record that plainly names an unconfigured subreddit is rejected as out of scope. msgspec does not
 check the bytes of the fields it skips, so a chunk that is not UTF-8 throughout goes the parsed
 way (bad_json for its bad lines); a number past a double's range in a field the harvest does not
-read is valid JSON and no longer a reason to reject the line. A dump is read 64 KiB of compressed
-bytes at a time (about 1 MB of text: a chunk's lines and records stay in cache). Everything after
-the decode is batched per decompressed chunk (a chunk's comments decoded at once): lines are
-counted at once, the cheapest rules run first, rejects are gathered and written as Arrow batches
-(`ctx.reject_many`) of the writers' batch size and at each dump's end, kept rows are tuples
-gathered per shard and written as Arrow batches of the shard writer's batch size (so the Parquet
-files are the same, byte for byte, as row-by-row writes). The checks raise `Reject` and the line
-loop records it, instead of opening a `ctx.item` scope per record, which costs more than parsing
-the line. The cyclic garbage collector is off while reading (parsed records hold no cycles).
+read is valid JSON and no longer a reason to reject the line. Posts are read 64 KiB of compressed
+bytes at a time (about 1 MB of text: a chunk's lines and records stay in cache), comments 256 KiB
+(fewer, larger hand-overs). Everything after the decode is batched per chunk: lines are counted
+at once, the cheapest rules run first, a plain post's reject is returned rather than raised,
+rejects are gathered and written as Arrow batches (`ctx.reject_many`) of the writers' batch size
+and at each dump's end, kept rows are gathered per shard and written as Arrow batches of the
+shard writer's batch size (so the Parquet files are the same, byte for byte, as row-by-row
+writes). The line loops record rejects themselves instead of opening a `ctx.item` scope per
+record, which costs more than parsing the line. The cyclic garbage collector is off while reading
+(parsed records hold no cycles).
 
 Outputs, one file per shard (stable hash of the post id, comments sharded with their post):
 `posts` (reddit_posts) and `comments` (reddit_comments).
@@ -70,19 +81,24 @@ import codecs
 import gc
 import os
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
+from operator import itemgetter
 from pathlib import Path
 from typing import Iterator
 
 import msgspec
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import zstandard
 from tqdm import tqdm
 
+from stages.core.forked import ForkedGenerator
 from stages.core.ids import shard_of
 from stages.core.reddit_records import (PlainComment, PlainPost, bad_field, comment_fields, direct_image, image_urls, plain_gallery_urls,
                                         post_fields, record_id)
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
+from stages.core.tables import table_schema
 
 VERSION = "3"
 
@@ -92,6 +108,11 @@ _SUBMISSIONS = re.compile(r"^(RS_\d{4}-\d{2}|.+_submissions)\.zst$")
 _COMMENTS = re.compile(r"^(RC_\d{4}-\d{2}|.+_comments)\.zst$")
 
 GALLERY_ITEM_REASONS = ("gallery_item_failed", "gallery_item_no_metadata")
+COMMENT_CHUNK_SIZE = 1 << 18  # the comment reader's compressed bytes per chunk: fewer, larger messages
+READ_AHEAD = 64  # joined comment chunks the comment reader may run ahead of this process
+PENDING_TEXT = 128 << 20  # comment text the reader judges before the kept posts are known; then it waits for them (see Speed)
+REJECTS = pa.schema([("id", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
+COMMENTS = table_schema("reddit_comments")
 
 
 class TruncatedFrame(Exception):
@@ -156,27 +177,58 @@ def read_zstd_lines(path: str, chunk_size: int = CHUNK_SIZE, progress: tqdm | No
 
 
 class _ShardRows:
-    """Kept rows of one table as tuples per shard (columns in schema order), written as Arrow
-    tables of exactly the shard writer's batch size: the same row groups, so the same files, as
-    row-by-row writes."""
+    """Kept rows of one table per shard, in reading order: tuples (columns in schema order) or
+    Arrow tables. Written as Arrow tables of exactly the shard writer's batch size: the same row
+    groups, so the same files, as row-by-row writes. A write runs in `pool` (Parquet encoding
+    releases the GIL, so it overlaps the judging), one at a time per shard, in order."""
 
-    def __init__(self, ctx, name: str, shards: int):
+    def __init__(self, ctx, name: str, shards: int, pool: ThreadPoolExecutor):
         self.writers = [ctx.writer(name, i) for i in range(shards)]
         self.schema = self.writers[0].schema
         self.batch_rows = self.writers[0].batch_rows
         self.rows: list[list[tuple]] = [[] for _ in range(shards)]
+        self.tables: list[list[pa.Table]] = [[] for _ in range(shards)]
+        self.pool = pool
+        self.writing: list[Future | None] = [None] * shards
+
+    def add(self, shard: int, table: pa.Table) -> None:
+        """Rows of one shard as a table, behind the rows gathered before them."""
+        self._seal(shard)
+        if table.num_rows:
+            self.tables[shard].append(table)
+
+    def _seal(self, shard: int) -> None:
+        """The shard's tuples as one table, behind the tables gathered before them."""
+        rows = self.rows[shard]
+        if rows:
+            arrays = [pa.array(values, type=field.type) for values, field in zip(zip(*rows), self.schema)]
+            self.tables[shard].append(pa.Table.from_arrays(arrays, schema=self.schema))
+            self.rows[shard] = []
 
     def flush(self, final: bool = False) -> None:
-        """Write every full batch (and, when `final`, what is left)."""
+        """Write every full batch (and, when `final`, what is left: no row may follow)."""
         size = self.batch_rows
-        for shard, rows in enumerate(self.rows):
-            done = len(rows) if final else len(rows) - len(rows) % size
-            for start in range(0, done, size):
-                columns = zip(*rows[start : start + size])
-                arrays = [pa.array(values, type=field.type) for values, field in zip(columns, self.schema)]
-                self.writers[shard].write_many(pa.Table.from_arrays(arrays, schema=self.schema))
+        for shard, tables in enumerate(self.tables):
+            held = sum(table.num_rows for table in tables) + len(self.rows[shard])
+            done = held if final else held - held % size
             if done:
-                del rows[:done]
+                self._seal(shard)
+                table = pa.concat_tables(tables)
+                batches = [table.slice(start, min(size, done - start)).combine_chunks() for start in range(0, done, size)]
+                self._write(shard, batches)
+                tables[:] = [table.slice(done)] if done < held else []
+
+    def wait(self) -> None:
+        """Until every write is done (an error in one is raised here)."""
+        for writing in self.writing:
+            if writing is not None:
+                writing.result()
+
+    def _write(self, shard: int, batches: list[pa.Table]) -> None:
+        if self.writing[shard] is not None:
+            self.writing[shard].result()  # the shard's previous batch first (and its error, if any)
+        writer = self.writers[shard]
+        self.writing[shard] = self.pool.submit(lambda: [writer.write_many(batch) for batch in batches])
 
 
 def _plain_value(line: bytes, key: bytes) -> bytes | None:
@@ -208,42 +260,56 @@ _NOT_PLAIN = (msgspec.DecodeError, ValueError, RecursionError)
 
 
 class _Harvest:
-    """The rules, with the state they share across dumps (kept posts, seen comments)."""
+    """The post rules, with the state they share across dumps (the kept posts), and every write.
+    The comments arrive judged and joined from the comment reader process."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, writes: ThreadPoolExecutor, progress: tqdm):
         params = ctx.params
         self.ctx = ctx
+        self.progress = progress
         self.subreddit_domain = {sub.lower(): domain for domain, subs in params["domains"].items() for sub in subs}
         self.extensions = tuple(e.lower() for e in params["image_extensions"])
         self.include_nsfw = params["include_nsfw"]
         self.configured = {sub.encode() for sub in self.subreddit_domain}
         self.shards = len(ctx.output_paths("posts"))
-        self.posts = _ShardRows(ctx, "posts", self.shards)
-        self.comments = _ShardRows(ctx, "comments", self.shards)
+        self.posts = _ShardRows(ctx, "posts", self.shards, writes)
+        self.comments = _ShardRows(ctx, "comments", self.shards, writes)
         self.kept_posts: dict[str, int] = {}  # post id -> shard
-        self.seen_comments: set[str] = set()
         self.item: str | None = None  # id of the post being judged, once it is known
-        self.reject_ids: list[str] = []  # this chunk's rejects, written together by `flush`
+        self.reject_ids: list[str] = []  # rejects judged here, in reading order
         self.reject_reasons: list[str] = []
         self.reject_details: list[str] = []
+        self.reject_batches: list[tuple] = []  # rejects not yet written, as (ids, reasons, details) arrays
         self.gallery_items_dropped = 0
         self.decode_post = msgspec.json.Decoder(PlainPost).decode
-        self.decode_comment = msgspec.json.Decoder(PlainComment).decode
 
     def reject(self, item_id: str, reason: str, detail: str) -> None:
         self.reject_ids.append(item_id)
         self.reject_reasons.append(reason)
         self.reject_details.append(detail)
 
+    def reject_columns(self, ids: pa.Array, reasons: pa.Array, details: pa.Array) -> None:
+        """Rejects as arrays, behind those gathered before them."""
+        self._seal_rejects()
+        self.reject_batches.append((ids, reasons, details))
+
+    def _seal_rejects(self) -> None:
+        if self.reject_ids:
+            self.reject_batches.append(tuple(pa.array(c, pa.string()) for c in (self.reject_ids, self.reject_reasons, self.reject_details)))
+            self.reject_ids, self.reject_reasons, self.reject_details = [], [], []
+
     def flush(self, dump_end: bool = False) -> None:
         """Write every full batch of kept rows, and the rejects gathered once they fill a batch of
-        the writers' size or the dump ends."""
-        if dump_end or len(self.reject_ids) >= self.posts.batch_rows:
-            self.ctx.reject_many(self.reject_ids, self.reject_reasons, self.reject_details)
-            self.reject_ids, self.reject_reasons, self.reject_details = [], [], []
+        the writers' size or a dump ends."""
+        held = len(self.reject_ids) + sum(len(batch[0]) for batch in self.reject_batches)
+        if held and (dump_end or held >= self.posts.batch_rows):
+            self._seal_rejects()
+            self.ctx.reject_many(*(pa.concat_arrays(column) for column in zip(*self.reject_batches)))
+            self.reject_batches = []
         self.posts.flush()
         self.comments.flush()
 
+    # posts ------------------------------------------------------------------------------
     def out_of_scope(self, line: bytes) -> tuple[str, str] | None:
         """(post id, subreddit) of a post line whose subreddit is plainly not configured, read from
         the bytes without parsing the line (most of a monthly dump). None when unsure: the line is
@@ -283,29 +349,31 @@ class _Harvest:
         self.keep(post_id, (post_id, subreddit, domain, title, selftext, url, urls, is_gallery, author, created, score, comments,
                             over_18, permalink), dropped)
 
-    def plain_submission(self, post: PlainPost) -> None:
-        """`submission` for a post of plain types: no field check left."""
+    def plain_submission(self, post: PlainPost) -> tuple[str, str] | None:
+        """`submission` for a post of plain types (no field check left): None when it is kept,
+        else (reason, detail). Returned, not raised: most posts of a dump are rejected here."""
         post_id = post.id
-        self.item = "reddit:" + post_id
         if post_id in self.kept_posts:
-            raise Reject("duplicate", "post seen in an earlier dump")
+            return "duplicate", "post seen in an earlier dump"
         subreddit = post.subreddit
         domain = self.subreddit_domain.get(subreddit.lower())
         if domain is None:
-            raise Reject("subreddit_not_configured", subreddit)
+            return "subreddit_not_configured", subreddit
         if post.over_18 and not self.include_nsfw:
-            raise Reject("nsfw", subreddit)
+            return "nsfw", subreddit
         dropped: list[tuple[str, str, str]] = []
         if post.is_gallery:
             urls = plain_gallery_urls(post, dropped)
-            problem = None if urls else "gallery_without_valid_images"
+            if not urls:
+                return "gallery_without_valid_images", post.url[:300]
         else:
             url = direct_image(post.url, self.extensions)
-            urls, problem = ([url], None) if url else ([], "no_image")
-        if problem:
-            raise Reject(problem, post.url[:300])
+            if url is None:
+                return "no_image", post.url[:300]
+            urls = [url]
         self.keep(post_id, (post_id, subreddit, domain, post.title, post.selftext, post.url, urls, post.is_gallery, post.author,
                             post.created_utc, post.score, post.num_comments, post.over_18, post.permalink), dropped)
+        return None
 
     def keep(self, post_id: str, row: tuple, dropped: list[tuple[str, str, str]]) -> None:
         """Keep a post (its row without the id column); its dropped gallery items become rejects."""
@@ -319,7 +387,7 @@ class _Harvest:
 
     def read_submissions(self, lines: list[bytes], name: str, line_no: int, plain: bool) -> None:
         loads, reject, out_of_scope, configured = orjson.loads, self.reject, self.out_of_scope, self.configured
-        decode = self.decode_post
+        decode, plain_submission = self.decode_post, self.plain_submission
         for line in lines:
             line_no += 1
             # a first look at the bytes costs a fraction of a parse: only a post that looks out of
@@ -330,82 +398,31 @@ class _Harvest:
                 if scope is not None:
                     reject("reddit:" + scope[0], "subreddit_not_configured", scope[1])
                     continue
-            self.item = None
-            post = None
             if plain:
                 try:
                     post = decode(line)
                 except _NOT_PLAIN:
                     pass
-            try:
-                if post is None:
-                    self.submission(loads(line))
                 else:
-                    self.plain_submission(post)
+                    verdict = plain_submission(post)
+                    if verdict is not None:
+                        reject("reddit:" + post.id, *verdict)
+                    continue
+            self.item = None
+            try:
+                self.submission(loads(line))
             except orjson.JSONDecodeError as err:
                 reject(f"{name}:{line_no}", "bad_json", str(err))
             except Reject as rejected:
                 reject(self.item or f"{name}:{line_no}", rejected.reason, rejected.detail)
 
-    def read_comments(self, lines: list[bytes], name: str, line_no: int, plain: bool) -> None:
-        """The comment rules, inline: this loop runs once per comment, the bulk of a dump. A chunk's
-        comments are decoded as plain records at once; a line that is not one is parsed and checked
-        (`comment_fields`), which names its defect."""
-        loads, reject, checked, decode = orjson.loads, self.reject, comment_fields, self.decode_comment
-        seen, kept, rows = self.seen_comments, self.kept_posts, self.comments.rows
-        records: list = [None] * len(lines)
-        if plain:
-            try:
-                records = [decode(line) for line in lines]
-            except _NOT_PLAIN:
-                records = [self.plain_comment(line) for line in lines]
-        for line, record in zip(lines, records):
-            line_no += 1
-            if record is not None:
-                comment_id, link_id, parent_id = record.id, record.link_id, record.parent_id
-            else:
-                try:
-                    record = loads(line)
-                    comment_id, link_id, parent_id, body, score, author, created = checked(record)
-                except orjson.JSONDecodeError as err:
-                    reject(f"{name}:{line_no}", "bad_json", str(err))
-                    continue
-                except Reject as rejected:
-                    valid_id = type(record) is dict and type(record.get("id")) is str and record.get("id")
-                    reject(f"reddit:{record['id']}" if valid_id else f"{name}:{line_no}", rejected.reason, rejected.detail)
-                    continue
-                record = PlainComment(comment_id, link_id, parent_id, body, score, author, created)
-            if comment_id in seen:
-                reject("reddit:" + comment_id, "duplicate", "comment seen in an earlier dump")
-                continue
-            seen.add(comment_id)
-            if not parent_id.startswith("t3_"):
-                reject("reddit:" + comment_id, "not_top_level", parent_id)
-                continue
-            post_id = link_id[3:] if link_id.startswith("t3_") else link_id
-            shard = kept.get(post_id)
-            if shard is None:
-                reject("reddit:" + comment_id, "post_not_kept", link_id)
-                continue
-            rows[shard].append(("reddit:" + comment_id, "reddit:" + post_id, record.body, record.score, record.author, record.created_utc))
-
-    def plain_comment(self, line: bytes) -> PlainComment | None:
+    def read_posts(self, path: str) -> None:
+        """Every line of one submissions dump through the post rules."""
+        ctx, name, line_no = self.ctx, Path(path).name, 0
         try:
-            return self.decode_comment(line)
-        except _NOT_PLAIN:
-            return None
-
-    def read(self, path: str, progress: tqdm) -> None:
-        """Every line of one dump through the rules of its kind."""
-        ctx, name = self.ctx, Path(path).name
-        if os.path.getsize(path) == 0:
-            raise StageError(f"{path}: empty file, not a zstd dump")
-        judge = self.read_submissions if dump_kind(path) == "submissions" else self.read_comments
-        line_no = 0
-        try:
-            for text, lines in read_zstd_chunks(path, progress=progress):
+            for text, lines in read_zstd_chunks(path, progress=self.progress):
                 ctx.add_input(len(lines))
-                judge(lines, name, line_no, _valid_utf8(text))
+                self.read_submissions(lines, name, line_no, _valid_utf8(text))
                 line_no += len(lines)
                 self.flush()
         except TruncatedFrame as err:
@@ -415,6 +432,169 @@ class _Harvest:
             raise StageError(f"{path}: not a readable zstd file ({err})") from None
         self.flush(dump_end=True)
 
+    # comments ---------------------------------------------------------------------------
+    def take_comments(self, reader: ForkedGenerator) -> None:
+        """Hand the kept posts to the comment reader, then take the comments it judged and joined,
+        chunk by chunk, in reading order."""
+        reader.send(self.kept_posts)
+        for message in reader.items():
+            kind = message[0]
+            if kind == "chunk":
+                _, lines, read_bytes, shards, rejects = message
+                self.ctx.add_input(lines)
+                self.progress.update(read_bytes)
+                for shard, rows in enumerate(shards):
+                    self.comments.add(shard, pa.Table.from_batches([pa.ipc.read_record_batch(rows, self.comments.schema)]))
+                rejects = pa.ipc.read_record_batch(rejects, REJECTS)
+                if rejects.num_rows:
+                    self.reject_columns(*rejects.columns)
+                self.flush()
+            elif kind == "dump_end":
+                self.flush(dump_end=True)
+            else:
+                raise StageError(message[1])
+
+
+class _CommentRules:
+    """The comment rules, run by the comment reader process. `judge` applies those that need no
+    post (the checks, duplicate, not_top_level) as soon as a chunk is read; `join` the last one
+    (post_not_kept, or the post's shard) once the kept posts are known."""
+
+    def __init__(self, shards: int):
+        self.shards = shards
+        self.seen: set[str] = set()
+        self.decode = msgspec.json.Decoder(PlainComment).decode
+
+    def plain(self, line: bytes) -> PlainComment | None:
+        try:
+            return self.decode(line)
+        except _NOT_PLAIN:
+            return None
+
+    def judge(self, lines: list[bytes], name: str, line_no: int, plain: bool) -> tuple[list[tuple], list[tuple]]:
+        """(waiting, rejects) rows of one chunk, each led by its line number. This loop runs once
+        per comment, the bulk of a dump: a chunk's comments are decoded as plain records at once;
+        a line that is not one is parsed and checked (`comment_fields`), which names its defect."""
+        loads, checked, seen = orjson.loads, comment_fields, self.seen
+        waiting: list[tuple] = []
+        rejects: list[tuple] = []
+        wait, reject = waiting.append, rejects.append
+        records: list = [None] * len(lines)
+        if plain:
+            try:
+                records = [self.decode(line) for line in lines]
+            except _NOT_PLAIN:
+                records = [self.plain(line) for line in lines]
+        for line, record in zip(lines, records):
+            line_no += 1
+            if record is not None:
+                comment_id, link_id, parent_id = record.id, record.link_id, record.parent_id
+            else:
+                try:
+                    record = loads(line)
+                    comment_id, link_id, parent_id, body, score, author, created = checked(record)
+                except orjson.JSONDecodeError as err:
+                    reject((line_no, f"{name}:{line_no}", "bad_json", str(err)))
+                    continue
+                except Reject as rejected:
+                    valid_id = type(record) is dict and type(record.get("id")) is str and record.get("id")
+                    reject((line_no, f"reddit:{record['id']}" if valid_id else f"{name}:{line_no}", rejected.reason, rejected.detail))
+                    continue
+                record = PlainComment(comment_id, link_id, parent_id, body, score, author, created)
+            if comment_id in seen:
+                reject((line_no, "reddit:" + comment_id, "duplicate", "comment seen in an earlier dump"))
+                continue
+            seen.add(comment_id)
+            if not parent_id.startswith("t3_"):
+                reject((line_no, "reddit:" + comment_id, "not_top_level", parent_id))
+                continue
+            wait((line_no, "reddit:" + comment_id, link_id[3:] if link_id.startswith("t3_") else link_id, link_id, record.body,
+                  record.score, record.author, record.created_utc))
+        return waiting, rejects
+
+    def join(self, kept_posts: dict[str, int], waiting: list[tuple], rejects: list[tuple]) -> tuple[list[bytes], bytes]:
+        """A judged chunk's kept comments per shard, and all its rejects in reading order, as
+        Arrow IPC: a waiting comment goes to its post's shard, or is rejected as post_not_kept."""
+        lines, ids, post_ids, link_ids, bodies, scores, authors, created = zip(*waiting) if waiting else [()] * 8
+        shard = pa.array([kept_posts.get(post_id) for post_id in post_ids], pa.int64())  # null: the post is not kept
+        orphans = shard.is_null()
+        if orphans.true_count:
+            at, item_ids, details = (pa.array(column).filter(orphans).to_pylist() for column in (lines, ids, link_ids))
+            rejects = [*rejects, *zip(at, item_ids, ["post_not_kept"] * len(at), details)]
+            rejects.sort(key=itemgetter(0))
+        rows = pa.table([pa.array(ids, pa.string()), pc.binary_join_element_wise("reddit:", pa.array(post_ids, pa.string()), ""),
+                         pa.array(bodies, pa.string()), pa.array(scores, pa.int64()), pa.array(authors, pa.string()),
+                         pa.array(created, pa.int64())], schema=COMMENTS)
+        per_shard = [_ipc_table(rows.filter(pc.equal(shard, number))) for number in range(self.shards)]
+        return per_shard, _ipc([reject[1:] for reject in rejects], REJECTS)
+
+
+def judged_comments(paths: list[str], shards: int, receive) -> Iterator[tuple]:
+    """Every comments dump through `_CommentRules`, in order, as messages (run by the comment
+    reader process, which `receive`s the kept posts once every post is judged): ("chunk", lines,
+    compressed bytes read, kept rows per shard, rejects) with the rows and rejects as Arrow IPC, a
+    truncated dump's end being a chunk of one reject; ("dump_end",); ("error", message) for an
+    unreadable dump, which ends the reading. Chunks judged before the kept posts arrive wait, up
+    to PENDING_TEXT of their text; then the reading waits for the kept posts."""
+    rules, counted = _CommentRules(shards), _Counted()
+    kept_posts: dict[str, int] | None = None
+    held: list[tuple] = []  # judged chunks and dump ends waiting for the kept posts
+    held_text = 0
+
+    def release() -> Iterator[tuple]:
+        nonlocal held, held_text
+        for message in held:
+            yield message if message[0] != "judged" else ("chunk", *message[1:3], *rules.join(kept_posts, *message[3:]))
+        held, held_text = [], 0
+
+    for path in paths:
+        name, line_no = Path(path).name, 0
+        try:
+            for text, lines in read_zstd_chunks(path, COMMENT_CHUNK_SIZE, counted):
+                held.append(("judged", len(lines), counted.take(), *rules.judge(lines, name, line_no, _valid_utf8(text))))
+                held_text += len(text)
+                line_no += len(lines)
+                if kept_posts is None:
+                    kept_posts = receive(held_text > PENDING_TEXT)
+                if kept_posts is not None:
+                    yield from release()
+        except TruncatedFrame as err:
+            held.append(("judged", 1, counted.take(), [], [(line_no + 1, f"{name}:{line_no + 1}", "truncated_frame", str(err))]))
+        except zstandard.ZstdError as err:
+            yield ("error", f"{path}: not a readable zstd file ({err})")
+            return
+        held.append(("dump_end",))
+    if kept_posts is None:
+        kept_posts = receive(True)
+    yield from release()
+
+
+class _Counted:
+    """A progress sink that only counts bytes, for the process without a bar."""
+
+    def __init__(self):
+        self.n = 0
+
+    def update(self, n: int) -> None:
+        self.n += n
+
+    def take(self) -> int:
+        n, self.n = self.n, 0
+        return n
+
+
+def _ipc(rows: list[tuple], schema: pa.Schema) -> bytes:
+    """Rows (tuples in schema order) as one Arrow IPC record batch."""
+    columns = zip(*rows) if rows else [[] for _ in schema]
+    arrays = [pa.array(values, type=field.type) for values, field in zip(columns, schema)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema).serialize().to_pybytes()
+
+
+def _ipc_table(table: pa.Table) -> bytes:
+    """A table as one Arrow IPC record batch."""
+    arrays = [column.combine_chunks() for column in table.columns]
+    return pa.RecordBatch.from_arrays(arrays, schema=table.schema).serialize().to_pybytes()
+
 
 def run(ctx):
     n_shards = len(ctx.output_paths("posts"))
@@ -422,20 +602,31 @@ def run(ctx):
         raise StageError("posts and comments need the same number of shard outputs")
     files = ctx.input_paths("dumps")
     kinds = {path: dump_kind(path) for path in files}
-    ordered = [p for p in files if kinds[p] == "submissions"] + [p for p in files if kinds[p] == "comments"]
-    harvest = _Harvest(ctx)
-    total = sum(os.path.getsize(p) for p in ordered)
-    # Each line allocates a parsed dict that holds no cycle; the kept rows pile up. The cyclic
+    for path in files:
+        if os.path.getsize(path) == 0:
+            raise StageError(f"{path}: empty file, not a zstd dump")
+    comment_dumps = [p for p in files if kinds[p] == "comments"]
+    # Each line allocates a parsed record that holds no cycle; the kept rows pile up. The cyclic
     # collector's passes over that growing heap cost a third of the reading, and free nothing.
     collecting = gc.isenabled()
     gc.disable()
+    # forked before any writer or thread starts (see Speed)
+    reader = ForkedGenerator(lambda receive: judged_comments(comment_dumps, n_shards, receive), READ_AHEAD, "harvest_pushshift comment reader")
+    writes = ThreadPoolExecutor(2, thread_name_prefix="harvest_pushshift write")
     try:
-        with tqdm(total=total, unit="B", unit_scale=True, desc="harvest_pushshift", mininterval=2) as bar:
-            for path in ordered:
-                harvest.read(path, bar)
-        harvest.posts.flush(final=True)
-        harvest.comments.flush(final=True)
+        with tqdm(total=sum(os.path.getsize(p) for p in files), unit="B", unit_scale=True, desc="harvest_pushshift", mininterval=2) as bar:
+            harvest = _Harvest(ctx, writes, bar)
+            for path in files:
+                if kinds[path] == "submissions":
+                    harvest.read_posts(path)
+            harvest.take_comments(reader)
+            harvest.posts.flush(final=True)
+            harvest.comments.flush(final=True)
+            harvest.posts.wait()
+            harvest.comments.wait()
     finally:
+        writes.shutdown(cancel_futures=True)
+        reader.close()
         if collecting:
             gc.enable()
     ctx.stats["kept_posts"] = len(harvest.kept_posts)

@@ -118,15 +118,26 @@ def test_safe_coercions_keep_the_record(tmp_path):
     assert (row["score"], row["created_utc"], row["num_comments"]) == (12, 1672531200, 0)
 
 
-def test_truncated_dump_keeps_its_readable_lines(tmp_path):
-    whole = zstandard.ZstdCompressor().compress(b"\n".join(orjson.dumps(_post(f"p{i}", title="x" * 300)) for i in range(2000)))
-    path = tmp_path / "RS_2023-01.zst"
+@pytest.mark.parametrize("name, record", [("RS_2023-01.zst", lambda i: _post(f"p{i}", title="x" * 300)),
+                                          ("RC_2023-01.zst", lambda i: _comment(cid=f"c{i}") | {"body": "x" * 300})],
+                         ids=["submissions", "comments"])
+def test_truncated_dump_keeps_its_readable_lines(tmp_path, name, record):
+    whole = zstandard.ZstdCompressor().compress(b"\n".join(orjson.dumps(record(i)) for i in range(2000)))
+    path = tmp_path / name
     path.write_bytes(whole[: len(whole) // 2])
     out = tmp_path / "out"
     run_stage("harvest_pushshift", f"--input=dumps={path}", f"--output=posts={out}/p.parquet", f"--output=comments={out}/c.parquet",
               "--params", json.dumps({"domains": DOMAINS}))
-    reasons = [r["reason"] for r in pq.read_table(out / "p.parquet.rejects.parquet").to_pylist()]
-    assert reasons.count("truncated_frame") == 1 and pq.read_table(out / "p.parquet").num_rows > 0
+    rejects = pq.read_table(out / "p.parquet.rejects.parquet").to_pylist()
+    reasons = [r["reason"] for r in rejects]
+    assert reasons.count("truncated_frame") == 1 and rejects[-1]["id"].startswith(f"{name}:")
+    report = json.loads((out / "p.parquet.report.json").read_text())
+    assert 0 < report["rows_in"] - 1 < 2000
+    if name.startswith("RS"):
+        assert pq.read_table(out / "p.parquet").num_rows > 0
+    else:  # no post to keep them: every whole comment is a post_not_kept reject, the cut one bad_json
+        assert reasons.count("bad_json") <= 1
+        assert reasons.count("post_not_kept") + reasons.count("bad_json") == report["rows_in"] - 1
 
 
 def _not_zstd(path):
@@ -144,18 +155,20 @@ def _empty(path):
     path.write_bytes(b"")
 
 
+@pytest.mark.parametrize("name", ["RS_2023-01.zst", "RC_2023-01.zst"], ids=["submissions", "comments"])
 @pytest.mark.parametrize("make, message", [
-    (_not_zstd, "RS_2023-01.zst: not a readable zstd file"),
-    (_corrupt, "RS_2023-01.zst: not a readable zstd file (zstd decompressor error: Data corruption detected)"),
-    (_empty, "RS_2023-01.zst: empty file, not a zstd dump"),
+    (_not_zstd, "{name}: not a readable zstd file"),
+    (_corrupt, "{name}: not a readable zstd file (zstd decompressor error: Data corruption detected)"),
+    (_empty, "{name}: empty file, not a zstd dump"),
 ], ids=["not_zstd", "corrupt_zstd", "zero_bytes"])
-def test_unreadable_dump_is_one_line_naming_the_file(tmp_path, make, message):
-    path = tmp_path / "RS_2023-01.zst"
+def test_unreadable_dump_is_one_line_naming_the_file(tmp_path, make, message, name):
+    """Comments are read by a process of their own: a bad comment dump is reported the same way."""
+    path = tmp_path / name
     make(path)
+    dumps = [path] if name.startswith("RS") else [_dump(tmp_path / "RS_2023-01.zst", [GOOD]), path]
     out = tmp_path / "out"
-    result = run_stage("harvest_pushshift", f"--input=dumps={path}", f"--output=posts={out}/p.parquet",
+    result = run_stage("harvest_pushshift", *(f"--input=dumps={d}" for d in dumps), f"--output=posts={out}/p.parquet",
                        f"--output=comments={out}/c.parquet", "--params", json.dumps({"domains": DOMAINS}), check=False)
     assert result.returncode != 0
-    assert message in result.stderr and "Traceback" not in result.stderr
+    assert message.format(name=name) in result.stderr and "Traceback" not in result.stderr
     assert not out.exists() or not any(out.iterdir())  # nothing half-written
-
