@@ -56,8 +56,9 @@ check the bytes of the fields it skips, so a chunk that is not UTF-8 throughout 
 way (bad_json for its bad lines); a number past a double's range in a field the harvest does not
 read is valid JSON and no longer a reason to reject the line. Posts are read 64 KiB of compressed
 bytes at a time (about 1 MB of text: a chunk's lines and records stay in cache), comments 256 KiB
-(fewer, larger hand-overs). Everything after the decode is batched per chunk: lines are counted
-at once, the cheapest rules run first, a plain post's reject is returned rather than raised,
+(fewer, larger hand-overs); a chunk of comments whose lines are each one plain record (none
+blank or indented, as many records as lines) is decoded in one call, without splitting it into
+lines. Everything after the decode is batched per chunk: lines are counted at once, the cheapest rules run first, a plain post's reject is returned rather than raised,
 rejects are gathered and written as Arrow batches (`ctx.reject_many`) of the writers' batch size
 and at each dump's end, kept rows are gathered per shard and written as Arrow batches of the
 shard writer's batch size (so the Parquet files are the same, byte for byte, as row-by-row
@@ -131,12 +132,11 @@ def dump_kind(path: str) -> str:
     )
 
 
-def read_zstd_chunks(path: str, chunk_size: int = CHUNK_SIZE, progress: tqdm | None = None) -> Iterator[tuple[bytes, list[bytes]]]:
-    """Yield (text, lines) per compressed chunk read of a (multi-frame) zstd file: the non-blank
-    lines that end in this chunk and the decompressed text they were split from (which may end
-    inside the next line); raise TruncatedFrame after the last complete line if the file ends
-    mid-frame (the partial last line is yielded, so it becomes a bad_json reject rather than
-    vanishing)."""
+def read_zstd_chunks(path: str, chunk_size: int = CHUNK_SIZE, progress: tqdm | None = None) -> Iterator[bytes]:
+    """Yield, per compressed chunk read of a (multi-frame) zstd file, the text of the whole lines
+    that end in it, without their last newline; raise TruncatedFrame after the last complete line
+    if the file ends mid-frame (the partial last line is yielded, so it becomes a bad_json reject
+    rather than vanishing)."""
     dctx = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW)
     dobj = dctx.decompressobj()
     in_frame = False
@@ -159,21 +159,27 @@ def read_zstd_chunks(path: str, chunk_size: int = CHUNK_SIZE, progress: tqdm | N
                 else:
                     compressed = b""
             text = tail + b"".join(out)
-            lines = text.split(b"\n")
-            tail = lines.pop()
-            lines = [line for line in lines if line and not line.isspace()]
-            if lines:
-                yield text, lines
-    if tail and not tail.isspace():
-        yield tail, [tail]
+            end = text.rfind(b"\n")
+            if end < 0:
+                tail = text
+                continue
+            tail = text[end + 1 :]
+            yield text[:end]
+    if tail:
+        yield tail
     if in_frame:
         raise TruncatedFrame(f"{path} ends inside a zstd frame")
 
 
+def split_lines(text: bytes) -> list[bytes]:
+    """The records of a chunk: its lines, blank ones left out."""
+    return [line for line in text.split(b"\n") if line and not line.isspace()]
+
+
 def read_zstd_lines(path: str, chunk_size: int = CHUNK_SIZE, progress: tqdm | None = None) -> Iterator[bytes]:
-    """The lines of `read_zstd_chunks`, one at a time."""
-    for _, lines in read_zstd_chunks(path, chunk_size, progress):
-        yield from lines
+    """The non-blank lines of a dump, one at a time."""
+    for text in read_zstd_chunks(path, chunk_size, progress):
+        yield from split_lines(text)
 
 
 class _ShardRows:
@@ -257,6 +263,7 @@ def _valid_utf8(text: bytes) -> bool:
 # msgspec's failures on a line: malformed JSON, a value off the plain types, invalid UTF-8 in a
 # field it reads, nesting too deep. Any of them sends the line to the checks, which name its defect.
 _NOT_PLAIN = (msgspec.DecodeError, ValueError, RecursionError)
+_LINE_OPENS_WITH_SPACE = re.compile(rb"\n\s")
 
 
 class _Harvest:
@@ -420,7 +427,8 @@ class _Harvest:
         """Every line of one submissions dump through the post rules."""
         ctx, name, line_no = self.ctx, Path(path).name, 0
         try:
-            for text, lines in read_zstd_chunks(path, progress=self.progress):
+            for text in read_zstd_chunks(path, progress=self.progress):
+                lines = split_lines(text)
                 ctx.add_input(len(lines))
                 self.read_submissions(lines, name, line_no, _valid_utf8(text))
                 line_no += len(lines)
@@ -463,7 +471,8 @@ class _CommentRules:
     def __init__(self, shards: int):
         self.shards = shards
         self.seen: set[str] = set()
-        self.decode = msgspec.json.Decoder(PlainComment).decode
+        decoder = msgspec.json.Decoder(PlainComment)
+        self.decode, self.decode_lines = decoder.decode, decoder.decode_lines
 
     def plain(self, line: bytes) -> PlainComment | None:
         try:
@@ -471,27 +480,40 @@ class _CommentRules:
         except _NOT_PLAIN:
             return None
 
-    def judge(self, lines: list[bytes], name: str, line_no: int, plain: bool) -> tuple[list[tuple], list[tuple]]:
-        """(waiting, rejects) rows of one chunk, each led by its line number. This loop runs once
-        per comment, the bulk of a dump: a chunk's comments are decoded as plain records at once;
-        a line that is not one is parsed and checked (`comment_fields`), which names its defect."""
+    def plain_chunk(self, text: bytes) -> list[PlainComment] | None:
+        """Every line of a chunk as a plain record, decoded in one call, when each line is one:
+        no line starts with white space (so none is blank), the records are as many as the lines
+        (so no line holds two) and the chunk is UTF-8 throughout. None otherwise."""
+        if text[:1].isspace() or _LINE_OPENS_WITH_SPACE.search(text) or not _valid_utf8(text):
+            return None
+        lines = text.count(b"\n") + 1
+        try:
+            records = self.decode_lines(text)
+        except _NOT_PLAIN:
+            return None
+        return records if len(records) == lines else None
+
+    def judge(self, text: bytes, name: str, before: int) -> tuple[list[tuple], list[tuple], int]:
+        """(waiting, rejects) rows of one chunk, each led by its line number, and its record
+        count (`before`: the dump's records before it). This loop runs once per comment, the bulk
+        of a dump: a chunk of plain records is decoded at once; in any other chunk each line is
+        decoded as a plain record or, failing that, parsed and checked (`comment_fields`), which
+        names its defect."""
         loads, checked, seen = orjson.loads, comment_fields, self.seen
         waiting: list[tuple] = []
         rejects: list[tuple] = []
         wait, reject = waiting.append, rejects.append
-        records: list = [None] * len(lines)
-        if plain:
-            try:
-                records = [self.decode(line) for line in lines]
-            except _NOT_PLAIN:
-                records = [self.plain(line) for line in lines]
-        for line, record in zip(lines, records):
-            line_no += 1
+        records = self.plain_chunk(text)
+        if records is None:
+            lines = split_lines(text)
+            records = [self.plain(line) for line in lines] if _valid_utf8(text) else [None] * len(lines)
+        for index, record in enumerate(records):
+            line_no = before + index + 1
             if record is not None:
                 comment_id, link_id, parent_id = record.id, record.link_id, record.parent_id
             else:
                 try:
-                    record = loads(line)
+                    record = loads(lines[index])
                     comment_id, link_id, parent_id, body, score, author, created = checked(record)
                 except orjson.JSONDecodeError as err:
                     reject((line_no, f"{name}:{line_no}", "bad_json", str(err)))
@@ -510,7 +532,7 @@ class _CommentRules:
                 continue
             wait((line_no, "reddit:" + comment_id, link_id[3:] if link_id.startswith("t3_") else link_id, link_id, record.body,
                   record.score, record.author, record.created_utc))
-        return waiting, rejects
+        return waiting, rejects, len(records)
 
     def join(self, kept_posts: dict[str, int], waiting: list[tuple], rejects: list[tuple]) -> tuple[list[bytes], bytes]:
         """A judged chunk's kept comments per shard, and all its rejects in reading order, as
@@ -550,10 +572,13 @@ def judged_comments(paths: list[str], shards: int, receive) -> Iterator[tuple]:
     for path in paths:
         name, line_no = Path(path).name, 0
         try:
-            for text, lines in read_zstd_chunks(path, COMMENT_CHUNK_SIZE, counted):
-                held.append(("judged", len(lines), counted.take(), *rules.judge(lines, name, line_no, _valid_utf8(text))))
+            for text in read_zstd_chunks(path, COMMENT_CHUNK_SIZE, counted):
+                waiting, rejects, count = rules.judge(text, name, line_no)
+                if not count:
+                    continue
+                held.append(("judged", count, counted.take(), waiting, rejects))
                 held_text += len(text)
-                line_no += len(lines)
+                line_no += count
                 if kept_posts is None:
                     kept_posts = receive(held_text > PENDING_TEXT)
                 if kept_posts is not None:

@@ -91,6 +91,8 @@ REJECTED_COMMENTS = {
     "comment_id_is_an_integer": (_comment(cid=77), "bad_field_type", "RC_2023-01.zst:2", ["id", "77"]),
     "comment_is_an_array": ([_comment()], "not_an_object", "RC_2023-01.zst:2", ["list"]),
     "comment_invalid_utf8_unread_field": (orjson.dumps(_comment())[:-1] + b', "flair": "\xff"}', "bad_json", "RC_2023-01.zst:2", ["UTF-8"]),
+    "two_comments_on_one_line": (orjson.dumps(_comment("k1")) + b" " + orjson.dumps(_comment("k2")), "bad_json", "RC_2023-01.zst:2",
+                                 ["unexpected content after document"]),
 }
 
 
@@ -102,6 +104,17 @@ def test_bad_comment_is_a_reject(tmp_path, kind):
     assert [(r["id"], r["reason"]) for r in rejects] == [(item_id, reason)]
     assert all(word in rejects[0]["detail"] for word in words), rejects[0]["detail"]
     assert report["rows_in"] == 3 == 1 + len(comments) + len(rejects)
+
+
+def test_blank_lines_and_a_line_of_two_comments_in_one_chunk(tmp_path):
+    """A chunk of plain comments is decoded in one call only when each line is one record: blank
+    and indented lines, and a line holding two comments, send it line by line, whatever mix."""
+    lines = [_comment("k0"), b"", b"   ", orjson.dumps(_comment("k1")) + orjson.dumps(_comment("k2")), b"\t" + orjson.dumps(_comment("k3")),
+             b"\r", _comment("k4")]
+    _, comments, rejects, report = _harvest(tmp_path, [], lines)
+    assert [c["id"] for c in comments] == ["reddit:k0", "reddit:k3", "reddit:k4"]
+    assert [(r["id"], r["reason"]) for r in rejects] == [("RC_2023-01.zst:2", "bad_json")]
+    assert report["rows_in"] == 1 + 4
 
 
 def test_duplicate_comment_id_is_a_reject(tmp_path):
