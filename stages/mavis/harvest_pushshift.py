@@ -205,10 +205,8 @@ class _ShardRows:
 
     def _seal(self, shard: int) -> None:
         """The shard's tuples as one table, behind the tables gathered before them."""
-        rows = self.rows[shard]
-        if rows:
-            arrays = [pa.array(values, type=field.type) for values, field in zip(zip(*rows), self.schema)]
-            self.tables[shard].append(pa.Table.from_arrays(arrays, schema=self.schema))
+        if self.rows[shard]:
+            self.tables[shard].append(_rows_table(self.rows[shard], self.schema))
             self.rows[shard] = []
 
     def flush(self, final: bool = False) -> None:
@@ -480,11 +478,11 @@ class _CommentRules:
         except _NOT_PLAIN:
             return None
 
-    def plain_chunk(self, text: bytes) -> list[PlainComment] | None:
+    def plain_chunk(self, text: bytes, utf8: bool) -> list[PlainComment] | None:
         """Every line of a chunk as a plain record, decoded in one call, when each line is one:
         no line starts with white space (so none is blank), the records are as many as the lines
-        (so no line holds two) and the chunk is UTF-8 throughout. None otherwise."""
-        if text[:1].isspace() or _LINE_OPENS_WITH_SPACE.search(text) or not _valid_utf8(text):
+        (so no line holds two) and the chunk is UTF-8 throughout (`utf8`). None otherwise."""
+        if not utf8 or text[:1].isspace() or _LINE_OPENS_WITH_SPACE.search(text):
             return None
         lines = text.count(b"\n") + 1
         try:
@@ -503,10 +501,11 @@ class _CommentRules:
         waiting: list[tuple] = []
         rejects: list[tuple] = []
         wait, reject = waiting.append, rejects.append
-        records = self.plain_chunk(text)
+        utf8 = _valid_utf8(text)
+        records = self.plain_chunk(text, utf8)
         if records is None:
             lines = split_lines(text)
-            records = [self.plain(line) for line in lines] if _valid_utf8(text) else [None] * len(lines)
+            records = [self.plain(line) for line in lines] if utf8 else [None] * len(lines)
         for index, record in enumerate(records):
             line_no = before + index + 1
             if record is not None:
@@ -547,8 +546,8 @@ class _CommentRules:
         rows = pa.table([pa.array(ids, pa.string()), pc.binary_join_element_wise("reddit:", pa.array(post_ids, pa.string()), ""),
                          pa.array(bodies, pa.string()), pa.array(scores, pa.int64()), pa.array(authors, pa.string()),
                          pa.array(created, pa.int64())], schema=COMMENTS)
-        per_shard = [_ipc_table(rows.filter(pc.equal(shard, number))) for number in range(self.shards)]
-        return per_shard, _ipc([reject[1:] for reject in rejects], REJECTS)
+        per_shard = [_ipc(rows.filter(pc.equal(shard, number))) for number in range(self.shards)]
+        return per_shard, _ipc(_rows_table([reject[1:] for reject in rejects], REJECTS))
 
 
 def judged_comments(paths: list[str], shards: int, receive) -> Iterator[tuple]:
@@ -608,14 +607,13 @@ class _Counted:
         return n
 
 
-def _ipc(rows: list[tuple], schema: pa.Schema) -> bytes:
-    """Rows (tuples in schema order) as one Arrow IPC record batch."""
+def _rows_table(rows: list[tuple], schema: pa.Schema) -> pa.Table:
+    """Rows (tuples in schema order) as an Arrow table."""
     columns = zip(*rows) if rows else [[] for _ in schema]
-    arrays = [pa.array(values, type=field.type) for values, field in zip(columns, schema)]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema).serialize().to_pybytes()
+    return pa.Table.from_arrays([pa.array(values, type=field.type) for values, field in zip(columns, schema)], schema=schema)
 
 
-def _ipc_table(table: pa.Table) -> bytes:
+def _ipc(table: pa.Table) -> bytes:
     """A table as one Arrow IPC record batch."""
     arrays = [column.combine_chunks() for column in table.columns]
     return pa.RecordBatch.from_arrays(arrays, schema=table.schema).serialize().to_pybytes()
