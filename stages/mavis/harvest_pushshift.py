@@ -114,6 +114,9 @@ READ_AHEAD = 64  # joined comment chunks the comment reader may run ahead of thi
 PENDING_TEXT = 128 << 20  # comment text the reader judges before the kept posts are known; then it waits for them (see Speed)
 REJECTS = pa.schema([("id", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
 COMMENTS = table_schema("reddit_comments")
+# a judged comment chunk: the comment columns, and a reject's reason and detail (reason null: waiting for its post)
+JUDGED = pa.schema([*COMMENTS, pa.field("reason", pa.string()), pa.field("detail", pa.string())])
+_NO_TEXT = pa.scalar(None, pa.string())
 
 
 class TruncatedFrame(Exception):
@@ -491,63 +494,96 @@ class _CommentRules:
             return None
         return records if len(records) == lines else None
 
-    def judge(self, text: bytes, name: str, before: int) -> tuple[list[tuple], list[tuple], int]:
-        """(waiting, rejects) rows of one chunk, each led by its line number, and its record
-        count (`before`: the dump's records before it). This loop runs once per comment, the bulk
-        of a dump: a chunk of plain records is decoded at once; in any other chunk each line is
-        decoded as a plain record or, failing that, parsed and checked (`comment_fields`), which
-        names its defect."""
-        loads, checked, seen = orjson.loads, comment_fields, self.seen
-        waiting: list[tuple] = []
-        rejects: list[tuple] = []
-        wait, reject = waiting.append, rejects.append
+    def judge(self, text: bytes, name: str, before: int) -> tuple[pa.Table, int]:
+        """The verdicts of one chunk (`verdicts`) and its record count (`before`: the dump's
+        records before it). A chunk of plain records is decoded at once and judged column by
+        column; in any other chunk each line is decoded as a plain record or, failing that,
+        parsed and checked (`comment_fields`), which names its defect."""
         utf8 = _valid_utf8(text)
         records = self.plain_chunk(text, utf8)
-        if records is None:
-            lines = split_lines(text)
-            records = [self.plain(line) for line in lines] if utf8 else [None] * len(lines)
-        for index, record in enumerate(records):
-            line_no = before + index + 1
+        if records is not None:
+            columns = [[record.id for record in records], [record.link_id for record in records],
+                       [record.parent_id for record in records], [record.body for record in records],
+                       [record.score for record in records], [record.author for record in records],
+                       [record.created_utc for record in records]]
+            return self.verdicts(*columns), len(records)
+        lines = split_lines(text)
+        columns = [[] for _ in range(7)]  # id, link_id, parent_id, body, score, author, created_utc
+        failures: dict[int, tuple[str, str, str]] = {}  # index -> (item, reason, detail) of a line that fails its checks
+        for index, line in enumerate(lines):
+            record = self.plain(line) if utf8 else None
             if record is not None:
-                comment_id, link_id, parent_id = record.id, record.link_id, record.parent_id
+                fields = (record.id, record.link_id, record.parent_id, record.body, record.score, record.author, record.created_utc)
             else:
+                line_no = before + index + 1
                 try:
-                    record = loads(lines[index])
-                    comment_id, link_id, parent_id, body, score, author, created = checked(record)
+                    record = orjson.loads(line)
+                    fields = comment_fields(record)
                 except orjson.JSONDecodeError as err:
-                    reject((line_no, f"{name}:{line_no}", "bad_json", str(err)))
-                    continue
+                    failures[index], fields = (f"{name}:{line_no}", "bad_json", str(err)), (None,) * 7
                 except Reject as rejected:
                     valid_id = type(record) is dict and type(record.get("id")) is str and record.get("id")
-                    reject((line_no, f"reddit:{record['id']}" if valid_id else f"{name}:{line_no}", rejected.reason, rejected.detail))
-                    continue
-                record = PlainComment(comment_id, link_id, parent_id, body, score, author, created)
-            if comment_id in seen:
-                reject((line_no, "reddit:" + comment_id, "duplicate", "comment seen in an earlier dump"))
-                continue
-            seen.add(comment_id)
-            if not parent_id.startswith("t3_"):
-                reject((line_no, "reddit:" + comment_id, "not_top_level", parent_id))
-                continue
-            wait((line_no, "reddit:" + comment_id, link_id[3:] if link_id.startswith("t3_") else link_id, link_id, record.body,
-                  record.score, record.author, record.created_utc))
-        return waiting, rejects, len(records)
+                    item = f"reddit:{record['id']}" if valid_id else f"{name}:{line_no}"
+                    failures[index], fields = (item, rejected.reason, rejected.detail), (None,) * 7
+            for column, value in zip(columns, fields):
+                column.append(value)
+        return self.verdicts(*columns, failures=failures), len(lines)
 
-    def join(self, kept_posts: dict[str, int], waiting: list[tuple], rejects: list[tuple]) -> tuple[list[bytes], bytes]:
+    def verdicts(self, ids: list, link_ids: list, parent_ids: list, bodies: list, scores: list, authors: list, created: list,
+                 failures: dict[int, tuple[str, str, str]] | None = None) -> pa.Table:
+        """One row per record, in line order (JUDGED): a reject (`failures` first, then duplicate,
+        then not_top_level) or a comment waiting for its post (reason null, detail its link_id
+        for a post_not_kept reject). A record's id enters `seen` unless it failed its checks."""
+        ids_array = pa.array(ids, pa.string())
+        links, parents = pa.array(link_ids, pa.string()), pa.array(parent_ids, pa.string())
+        top_level = pc.starts_with(parents, "t3_")
+        reason = pc.if_else(top_level, _NO_TEXT, "not_top_level")
+        detail = pc.if_else(top_level, links, parents)
+        repeated = self.repeated(ids)
+        if repeated is not None:
+            reason = pc.if_else(repeated, "duplicate", reason)
+            detail = pc.if_else(repeated, "comment seen in an earlier dump", detail)
+        item = pc.binary_join_element_wise("reddit:", ids_array, "")
+        if failures:
+            failed = [failures.get(index, (None, None, None)) for index in range(len(ids))]
+            item, reason, detail = (pc.coalesce(pa.array(column, pa.string()), ours)
+                                    for column, ours in zip(zip(*failed), (item, reason, detail)))
+        to_post = pc.starts_with(links, "t3_")
+        post_id = pc.binary_join_element_wise("reddit:", pc.if_else(to_post, pc.utf8_slice_codeunits(links, 3), links), "")
+        return pa.Table.from_arrays([item, post_id, pa.array(bodies, pa.string()), pa.array(scores, pa.int64()),
+                                     pa.array(authors, pa.string()), pa.array(created, pa.int64()), reason, detail], schema=JUDGED)
+
+    def repeated(self, ids: list[str | None]) -> list[bool] | None:
+        """Which ids were seen before (in an earlier chunk or earlier in this one), None when none
+        was; every id (None: a record that failed its checks) joins `seen`. Repeats are rare, so
+        one set operation settles most chunks."""
+        seen, fresh = self.seen, set(ids)
+        fresh.discard(None)
+        if len(fresh) == len(ids) and seen.isdisjoint(fresh):
+            seen |= fresh
+            return None
+        flags = []
+        for comment_id in ids:
+            flags.append(comment_id in seen)
+            if comment_id is not None:
+                seen.add(comment_id)
+        return flags
+
+    def join(self, kept_posts: dict[str, int], judged: pa.Table) -> tuple[list[bytes], bytes]:
         """A judged chunk's kept comments per shard, and all its rejects in reading order, as
-        Arrow IPC: a waiting comment goes to its post's shard, or is rejected as post_not_kept."""
-        lines, ids, post_ids, link_ids, bodies, scores, authors, created = zip(*waiting) if waiting else [()] * 8
-        shard = pa.array([kept_posts.get(post_id) for post_id in post_ids], pa.int64())  # null: the post is not kept
-        orphans = shard.is_null()
-        if orphans.true_count:
-            at, item_ids, details = (pa.array(column).filter(orphans).to_pylist() for column in (lines, ids, link_ids))
-            rejects = [*rejects, *zip(at, item_ids, ["post_not_kept"] * len(at), details)]
-            rejects.sort(key=itemgetter(0))
-        rows = pa.table([pa.array(ids, pa.string()), pc.binary_join_element_wise("reddit:", pa.array(post_ids, pa.string()), ""),
-                         pa.array(bodies, pa.string()), pa.array(scores, pa.int64()), pa.array(authors, pa.string()),
-                         pa.array(created, pa.int64())], schema=COMMENTS)
+        Arrow IPC: a waiting comment goes to its post's shard, or is rejected as post_not_kept.
+        `kept_posts` is keyed by the post_id column's value (`reddit:<post id>`)."""
+        shard = pa.array([kept_posts.get(post_id) for post_id in judged["post_id"].to_pylist()], pa.int64())
+        waiting = judged["reason"].is_null()
+        reason = pc.if_else(pc.and_(waiting, shard.is_null()), "post_not_kept", judged["reason"])
+        kept = reason.is_null()
+        rows = pa.Table.from_arrays([judged[field.name] for field in COMMENTS], schema=COMMENTS).filter(kept)
+        shard = shard.filter(kept)
         per_shard = [_ipc(rows.filter(pc.equal(shard, number))) for number in range(self.shards)]
-        return per_shard, _ipc(_rows_table([reject[1:] for reject in rejects], REJECTS))
+        rejected = pc.invert(kept)
+        rejects = pa.Table.from_arrays([judged["id"].filter(rejected), reason.filter(rejected), judged["detail"].filter(rejected)],
+                                       schema=REJECTS)
+        return per_shard, _ipc(rejects)
 
 
 def judged_comments(paths: list[str], shards: int, receive) -> Iterator[tuple]:
@@ -558,38 +594,43 @@ def judged_comments(paths: list[str], shards: int, receive) -> Iterator[tuple]:
     unreadable dump, which ends the reading. Chunks judged before the kept posts arrive wait, up
     to PENDING_TEXT of their text; then the reading waits for the kept posts."""
     rules, counted = _CommentRules(shards), _Counted()
-    kept_posts: dict[str, int] | None = None
+    kept_posts: dict[str, int] | None = None  # "reddit:<post id>" -> shard, once received
     held: list[tuple] = []  # judged chunks and dump ends waiting for the kept posts
     held_text = 0
+
+    def take_kept_posts(block: bool) -> dict[str, int] | None:
+        posts = receive(block)
+        return None if posts is None else {"reddit:" + post_id: shard for post_id, shard in posts.items()}
 
     def release() -> Iterator[tuple]:
         nonlocal held, held_text
         for message in held:
-            yield message if message[0] != "judged" else ("chunk", *message[1:3], *rules.join(kept_posts, *message[3:]))
+            yield message if message[0] != "judged" else ("chunk", *message[1:3], *rules.join(kept_posts, message[3]))
         held, held_text = [], 0
 
     for path in paths:
         name, line_no = Path(path).name, 0
         try:
             for text in read_zstd_chunks(path, COMMENT_CHUNK_SIZE, counted):
-                waiting, rejects, count = rules.judge(text, name, line_no)
+                judged, count = rules.judge(text, name, line_no)
                 if not count:
                     continue
-                held.append(("judged", count, counted.take(), waiting, rejects))
+                held.append(("judged", count, counted.take(), judged))
                 held_text += len(text)
                 line_no += count
                 if kept_posts is None:
-                    kept_posts = receive(held_text > PENDING_TEXT)
+                    kept_posts = take_kept_posts(held_text > PENDING_TEXT)
                 if kept_posts is not None:
                     yield from release()
         except TruncatedFrame as err:
-            held.append(("judged", 1, counted.take(), [], [(line_no + 1, f"{name}:{line_no + 1}", "truncated_frame", str(err))]))
+            truncated = [[f"{name}:{line_no + 1}"], *[[None]] * 5, ["truncated_frame"], [str(err)]]
+            held.append(("judged", 1, counted.take(), pa.table(truncated, schema=JUDGED)))
         except zstandard.ZstdError as err:
             yield ("error", f"{path}: not a readable zstd file ({err})")
             return
         held.append(("dump_end",))
     if kept_posts is None:
-        kept_posts = receive(True)
+        kept_posts = take_kept_posts(True)
     yield from release()
 
 
