@@ -443,9 +443,8 @@ class _Harvest:
 
     # comments ---------------------------------------------------------------------------
     def take_comments(self, reader: ForkedGenerator) -> None:
-        """Hand the kept posts to the comment reader, then take the comments it judged and joined,
+        """Take the comments the comment reader judged and joined (once it has the kept posts),
         chunk by chunk, in reading order."""
-        reader.send(self.kept_posts)
         for message in reader.items():
             kind = message[0]
             if kind == "chunk":
@@ -683,8 +682,9 @@ def run(ctx):
             for path in files:
                 if kinds[path] == "submissions":
                     harvest.read_posts(path)
+            reader.send(harvest.kept_posts)  # every post is judged: the comment reader can join
+            harvest.posts.flush(final=True)  # and the posts' last writes overlap its joins
             harvest.take_comments(reader)
-            harvest.posts.flush(final=True)
             harvest.comments.flush(final=True)
             harvest.posts.wait()
             harvest.comments.wait()
