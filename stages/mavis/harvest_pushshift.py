@@ -43,22 +43,22 @@ ahead. Every verdict is the one a single process would reach: the kept posts are
 the join runs. Parquet encoding runs in two writer threads (it releases the GIL), one write at a
 time per shard.
 
-A monthly dump is mostly other subreddits, so a post's subreddit is first read from the line's
-bytes: a line that is one JSON object holding `"subreddit":"<name>"` and `"id":"<id>"` once each,
+A chunk whose lines are each one plain record (none blank or indented, as many records as
+lines, UTF-8 throughout) is decoded in one msgspec call, without splitting it into lines, into the
+plain shape of its kind (`PlainPost`, `PlainComment` in reddit_records: the fields the rules read,
+each of its plain type; the other fields are skipped, not built): such a record needs no field
+check. Any other chunk goes line by line. There, as a monthly dump is mostly other subreddits, a
+post's subreddit is first read from the line's bytes: a line that is one JSON object holding `"subreddit":"<name>"` and `"id":"<id>"` once each,
 without escapes, and naming an unconfigured subreddit, is a subreddit_not_configured reject
 without a parse (a post with an id already kept still goes to the duplicate rule). Any other line
-is first decoded (msgspec) into the plain shape of its kind (`PlainPost`, `PlainComment` in
-reddit_records: the fields the rules read, each of its plain type; the other fields are skipped,
-not built): such a record needs no field check. A line that does not decode so is parsed (orjson)
-and judged in full, so a malformed in-scope record is still named by its defect; a malformed
+is first decoded into its plain shape; a line that does not decode so is parsed (orjson) and
+judged in full, so a malformed in-scope record is still named by its defect; a malformed
 record that plainly names an unconfigured subreddit is rejected as out of scope. msgspec does not
 check the bytes of the fields it skips, so a chunk that is not UTF-8 throughout goes the parsed
 way (bad_json for its bad lines); a number past a double's range in a field the harvest does not
 read is valid JSON and no longer a reason to reject the line. Posts are read 64 KiB of compressed
 bytes at a time (about 1 MB of text: a chunk's lines and records stay in cache), comments 256 KiB
-(fewer, larger hand-overs); a chunk of comments whose lines are each one plain record (none
-blank or indented, as many records as lines) is decoded in one call, without splitting it into
-lines. Everything after the decode is batched per chunk: lines are counted at once, the cheapest rules run first, a plain post's reject is returned rather than raised,
+(fewer, larger hand-overs). Everything after the decode is batched per chunk: lines are counted at once, the cheapest rules run first, a plain post's reject is returned rather than raised,
 rejects are gathered and written as Arrow batches (`ctx.reject_many`) of the writers' batch size
 and at each dump's end, kept rows are gathered per shard and written as Arrow batches of the
 shard writer's batch size (so the Parquet files are the same, byte for byte, as row-by-row
@@ -267,6 +267,20 @@ _NOT_PLAIN = (msgspec.DecodeError, ValueError, RecursionError)
 _LINE_OPENS_WITH_SPACE = re.compile(rb"\n\s")
 
 
+def plain_records(decode_lines, text: bytes, utf8: bool) -> list | None:
+    """Every line of a chunk as a plain record, decoded in one `decode_lines` call, when each line
+    is one: no line starts with white space (so none is blank), the records are as many as the
+    lines (so no line holds two) and the chunk is UTF-8 throughout (`utf8`). None otherwise."""
+    if not utf8 or text[:1].isspace() or _LINE_OPENS_WITH_SPACE.search(text):
+        return None
+    lines = text.count(b"\n") + 1
+    try:
+        records = decode_lines(text)
+    except _NOT_PLAIN:
+        return None
+    return records if len(records) == lines else None
+
+
 class _Harvest:
     """The post rules, with the state they share across dumps (the kept posts), and every write.
     The comments arrive judged and joined from the comment reader process."""
@@ -289,7 +303,8 @@ class _Harvest:
         self.reject_details: list[str] = []
         self.reject_batches: list[tuple] = []  # rejects not yet written, as (ids, reasons, details) arrays
         self.gallery_items_dropped = 0
-        self.decode_post = msgspec.json.Decoder(PlainPost).decode
+        decoder = msgspec.json.Decoder(PlainPost)
+        self.decode_post, self.decode_posts = decoder.decode, decoder.decode_lines
 
     def reject(self, item_id: str, reason: str, detail: str) -> None:
         self.reject_ids.append(item_id)
@@ -393,6 +408,14 @@ class _Harvest:
         self.kept_posts[post_id] = shard
         self.posts.rows[shard].append((item_id, *row))
 
+    def judge_plain(self, posts: list[PlainPost]) -> None:
+        """A chunk of plain posts through `plain_submission`."""
+        reject, plain_submission = self.reject, self.plain_submission
+        for post in posts:
+            verdict = plain_submission(post)
+            if verdict is not None:
+                reject("reddit:" + post.id, *verdict)
+
     def read_submissions(self, lines: list[bytes], name: str, line_no: int, plain: bool) -> None:
         loads, reject, out_of_scope, configured = orjson.loads, self.reject, self.out_of_scope, self.configured
         decode, plain_submission = self.decode_post, self.plain_submission
@@ -429,10 +452,17 @@ class _Harvest:
         ctx, name, line_no = self.ctx, Path(path).name, 0
         try:
             for text in read_zstd_chunks(path, progress=self.progress):
-                lines = split_lines(text)
-                ctx.add_input(len(lines))
-                self.read_submissions(lines, name, line_no, _valid_utf8(text))
-                line_no += len(lines)
+                utf8 = _valid_utf8(text)
+                posts = plain_records(self.decode_posts, text, utf8)
+                if posts is not None:
+                    ctx.add_input(len(posts))
+                    self.judge_plain(posts)
+                    line_no += len(posts)
+                else:
+                    lines = split_lines(text)
+                    ctx.add_input(len(lines))
+                    self.read_submissions(lines, name, line_no, utf8)
+                    line_no += len(lines)
                 self.flush()
         except TruncatedFrame as err:
             ctx.add_input()
@@ -480,26 +510,13 @@ class _CommentRules:
         except _NOT_PLAIN:
             return None
 
-    def plain_chunk(self, text: bytes, utf8: bool) -> list[PlainComment] | None:
-        """Every line of a chunk as a plain record, decoded in one call, when each line is one:
-        no line starts with white space (so none is blank), the records are as many as the lines
-        (so no line holds two) and the chunk is UTF-8 throughout (`utf8`). None otherwise."""
-        if not utf8 or text[:1].isspace() or _LINE_OPENS_WITH_SPACE.search(text):
-            return None
-        lines = text.count(b"\n") + 1
-        try:
-            records = self.decode_lines(text)
-        except _NOT_PLAIN:
-            return None
-        return records if len(records) == lines else None
-
     def judge(self, text: bytes, name: str, before: int) -> tuple[pa.Table, int]:
         """The verdicts of one chunk (`verdicts`) and its record count (`before`: the dump's
         records before it). A chunk of plain records is decoded at once and judged column by
         column; in any other chunk each line is decoded as a plain record or, failing that,
         parsed and checked (`comment_fields`), which names its defect."""
         utf8 = _valid_utf8(text)
-        records = self.plain_chunk(text, utf8)
+        records = plain_records(self.decode_lines, text, utf8)
         if records is not None:
             columns = [[record.id for record in records], [record.link_id for record in records],
                        [record.parent_id for record in records], [record.body for record in records],

@@ -117,6 +117,25 @@ def test_blank_lines_and_a_line_of_two_comments_in_one_chunk(tmp_path):
     assert report["rows_in"] == 1 + 4
 
 
+def test_blank_lines_and_a_line_of_two_posts_in_one_chunk(tmp_path):
+    """The same for a chunk of plain posts: decoded at once only when each line is one post."""
+    lines = [_post("p0"), b"", b"   ", orjson.dumps(_post("p1")) + orjson.dumps(_post("p2")), b"\t" + orjson.dumps(_post("p3")),
+             b"\r", _post("p4")]
+    posts, _, rejects, report = _harvest(tmp_path, lines)
+    assert posts == ["reddit:good", "reddit:p0", "reddit:p3", "reddit:p4"]
+    assert [(r["id"], r["reason"]) for r in rejects] == [("RS_2023-01.zst:3", "bad_json")]
+    assert report["rows_in"] == 5
+
+
+def test_repeated_posts_in_one_plain_chunk(tmp_path):
+    """A chunk of plain posts keeps the rule's order: a repeat of a kept post is a duplicate, a
+    repeat of a rejected one is judged afresh."""
+    posts, _, rejects, _ = _harvest(tmp_path, [_post("p1"), _post("p1", title="again"), _post("p2", over_18=True), _post("p2"),
+                                               _post("good")])
+    assert posts == ["reddit:good", "reddit:p1", "reddit:p2"]
+    assert [(r["id"], r["reason"]) for r in rejects] == [("reddit:p1", "duplicate"), ("reddit:p2", "nsfw"), ("reddit:good", "duplicate")]
+
+
 def test_duplicate_comment_id_is_a_reject(tmp_path):
     _, comments, rejects, _ = _harvest(tmp_path, [], [_comment("k1"), _comment("k1", body="again")])
     assert [(c["id"], c["body"]) for c in comments] == [("reddit:k1", "text")]
