@@ -216,10 +216,10 @@ class _ShardRows:
         """Write every full batch (and, when `final`, what is left: no row may follow)."""
         size = self.batch_rows
         for shard, tables in enumerate(self.tables):
-            held = sum(table.num_rows for table in tables) + len(self.rows[shard])
+            self._seal(shard)
+            held = sum(table.num_rows for table in tables)
             done = held if final else held - held % size
             if done:
-                self._seal(shard)
                 table = pa.concat_tables(tables)
                 batches = [table.slice(start, min(size, done - start)).combine_chunks() for start in range(0, done, size)]
                 self._write(shard, batches)
