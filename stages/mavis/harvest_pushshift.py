@@ -88,6 +88,7 @@ from pathlib import Path
 from typing import Iterator
 
 import msgspec
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -264,21 +265,26 @@ def _valid_utf8(text: bytes) -> bool:
 # msgspec's failures on a line: malformed JSON, a value off the plain types, invalid UTF-8 in a
 # field it reads, nesting too deep. Any of them sends the line to the checks, which name its defect.
 _NOT_PLAIN = (msgspec.DecodeError, ValueError, RecursionError)
-_LINE_OPENS_WITH_SPACE = re.compile(rb"\n\s")
+_NEWLINE = ord("\n")
+_SPACE = np.zeros(256, bool)  # the bytes that open a blank or indented line
+_SPACE[list(b" \t\n\r\x0b\x0c")] = True
 
 
 def plain_records(decode_lines, text: bytes, utf8: bool) -> list | None:
     """Every line of a chunk as a plain record, decoded in one `decode_lines` call, when each line
     is one: no line starts with white space (so none is blank), the records are as many as the
     lines (so no line holds two) and the chunk is UTF-8 throughout (`utf8`). None otherwise."""
-    if not utf8 or text[:1].isspace() or _LINE_OPENS_WITH_SPACE.search(text):
+    if not utf8 or not text:
         return None
-    lines = text.count(b"\n") + 1
+    data = np.frombuffer(text, np.uint8)
+    breaks = np.flatnonzero(data == _NEWLINE)
+    if _SPACE[data[0]] or data[-1] == _NEWLINE or _SPACE[data[breaks + 1]].any():
+        return None
     try:
         records = decode_lines(text)
     except _NOT_PLAIN:
         return None
-    return records if len(records) == lines else None
+    return records if len(records) == len(breaks) + 1 else None
 
 
 class _Harvest:
@@ -571,13 +577,16 @@ class _CommentRules:
 
     def repeated(self, ids: list[str | None]) -> list[bool] | None:
         """Which ids were seen before (in an earlier chunk or earlier in this one), None when none
-        was; every id (None: a record that failed its checks) joins `seen`. Repeats are rare, so
-        one set operation settles most chunks."""
-        seen, fresh = self.seen, set(ids)
-        fresh.discard(None)
-        if len(fresh) == len(ids) and seen.isdisjoint(fresh):
-            seen |= fresh
-            return None
+        was; every id (None: a record that failed its checks) joins `seen`. Repeats are rare: two
+        set operations settle most chunks."""
+        seen = self.seen
+        present = [comment_id for comment_id in ids if comment_id is not None] if None in ids else ids
+        if seen.isdisjoint(present):
+            before = len(seen)
+            seen.update(present)
+            if len(seen) - before == len(present):
+                return None
+            seen.difference_update(present)  # an id repeats within the chunk: back to `seen` before it, then in order
         flags = []
         for comment_id in ids:
             flags.append(comment_id in seen)
