@@ -36,35 +36,39 @@ that ends mid-frame is one truncated_frame reject after its readable lines.
 Speed: the posts and the comments are judged at once, on two cores. A comment reader process
 (forked at the start, stages/core/forked.py) reads the comment dumps and applies the comment rules
 that need no post (the checks, duplicate, not_top_level) while this process judges the posts. It
-holds what it judged until this process sends it the kept posts (at most PENDING_TEXT of comment
-text; then it waits for them), joins each chunk to them (post_not_kept, or the post's shard) with
-its rejects in reading order, and hands the chunk over as Arrow batches, at most READ_AHEAD chunks
-ahead. Every verdict is the one a single process would reach: the kept posts are complete when
-the join runs. Parquet encoding runs in two writer threads (it releases the GIL), one write at a
-time per shard.
+holds its verdicts until this process sends it the kept posts (at most PENDING_TEXT of comment
+text; then it waits for them), joins each chunk to them (post_not_kept, or the post's shard) and
+hands the chunk over as Arrow batches, at most READ_AHEAD chunks ahead. Every verdict is the one a
+single process would reach: the kept posts are complete when the join runs. The kept posts are
+sent before the posts' last rows are written, so the joins overlap those writes. Parquet encoding
+runs in two writer threads (it releases the GIL), one write at a time per shard.
 
-A chunk whose lines are each one plain record (none blank or indented, as many records as
-lines, UTF-8 throughout) is decoded in one msgspec call, without splitting it into lines, into the
+A chunk whose lines are each one plain record (none blank or indented, as many records as lines,
+UTF-8 throughout; one numpy pass over the newlines tells) is decoded in one msgspec call into the
 plain shape of its kind (`PlainPost`, `PlainComment` in reddit_records: the fields the rules read,
 each of its plain type; the other fields are skipped, not built): such a record needs no field
 check. Any other chunk goes line by line. There, as a monthly dump is mostly other subreddits, a
-post's subreddit is first read from the line's bytes: a line that is one JSON object holding `"subreddit":"<name>"` and `"id":"<id>"` once each,
-without escapes, and naming an unconfigured subreddit, is a subreddit_not_configured reject
-without a parse (a post with an id already kept still goes to the duplicate rule). Any other line
-is first decoded into its plain shape; a line that does not decode so is parsed (orjson) and
-judged in full, so a malformed in-scope record is still named by its defect; a malformed
-record that plainly names an unconfigured subreddit is rejected as out of scope. msgspec does not
-check the bytes of the fields it skips, so a chunk that is not UTF-8 throughout goes the parsed
-way (bad_json for its bad lines); a number past a double's range in a field the harvest does not
-read is valid JSON and no longer a reason to reject the line. Posts are read 64 KiB of compressed
-bytes at a time (about 1 MB of text: a chunk's lines and records stay in cache), comments 256 KiB
-(fewer, larger hand-overs). Everything after the decode is batched per chunk: lines are counted at once, the cheapest rules run first, a plain post's reject is returned rather than raised,
-rejects are gathered and written as Arrow batches (`ctx.reject_many`) of the writers' batch size
-and at each dump's end, kept rows are gathered per shard and written as Arrow batches of the
-shard writer's batch size (so the Parquet files are the same, byte for byte, as row-by-row
-writes). The line loops record rejects themselves instead of opening a `ctx.item` scope per
-record, which costs more than parsing the line. The cyclic garbage collector is off while reading
-(parsed records hold no cycles).
+post's subreddit is first read from the line's bytes: a line that is one JSON object holding
+`"subreddit":"<name>"` and `"id":"<id>"` once each, without escapes, and naming an unconfigured
+subreddit, is a subreddit_not_configured reject without a parse (a post with an id already kept
+still goes to the duplicate rule). Any other line is first decoded into its plain shape; a line
+that does not decode so is parsed (orjson) and judged in full, so a malformed in-scope record is
+still named by its defect; a malformed record that plainly names an unconfigured subreddit is
+rejected as out of scope. msgspec does not check the bytes of the fields it skips, so a chunk that
+is not UTF-8 throughout goes the parsed way (bad_json for its bad lines); a number past a double's
+range in a field the harvest does not read is valid JSON and no longer a reason to reject the line.
+
+Posts are read 64 KiB of compressed bytes at a time (about 1 MB of text: a chunk's lines and
+records stay in cache), comments 256 KiB (fewer, larger hand-overs). Everything after the decode
+is batched per chunk. The comment rules run column by column on Arrow arrays (one verdict row per
+record, in line order, so rejects need no sort), and a chunk without a repeated id settles the
+duplicate rule in two set operations. A plain post's reject is returned rather than raised. The
+line loops record rejects themselves instead of opening a `ctx.item` scope per record, which
+costs more than parsing the line. Rejects are written as Arrow batches (`ctx.reject_many`) of the
+writers' batch size and at each dump's end. Kept rows become Arrow tables at each chunk's end, so
+Python rows never pile up, and are written per shard as batches of exactly the shard writer's
+batch size (so the Parquet files are the same, byte for byte, as row-by-row writes). The cyclic
+garbage collector is off while reading (parsed records hold no cycles).
 
 Outputs, one file per shard (stable hash of the post id, comments sharded with their post):
 `posts` (reddit_posts) and `comments` (reddit_comments).
@@ -83,7 +87,6 @@ import gc
 import os
 import re
 from concurrent.futures import Future, ThreadPoolExecutor
-from operator import itemgetter
 from pathlib import Path
 from typing import Iterator
 
