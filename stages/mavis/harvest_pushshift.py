@@ -580,8 +580,8 @@ class _CommentRules:
 
     def repeated(self, ids: list[str | None]) -> list[bool] | None:
         """Which ids were seen before (in an earlier chunk or earlier in this one), None when none
-        was; every id (None: a record that failed its checks) joins `seen`. Repeats are rare: two
-        set operations settle most chunks."""
+        was; every id joins `seen` but None (a record that failed its checks). Repeats are rare:
+        two set operations settle most chunks."""
         seen = self.seen
         present = [comment_id for comment_id in ids if comment_id is not None] if None in ids else ids
         if seen.isdisjoint(present):
