@@ -213,7 +213,9 @@ class _ShardRows:
     def _seal(self, shard: int) -> None:
         """The shard's tuples as one table, behind the tables gathered before them."""
         if self.rows[shard]:
-            self.tables[shard].append(_rows_table(self.rows[shard], self.schema))
+            columns = zip(*self.rows[shard])
+            arrays = [pa.array(values, type=field.type) for values, field in zip(columns, self.schema)]
+            self.tables[shard].append(pa.Table.from_arrays(arrays, schema=self.schema))
             self.rows[shard] = []
 
     def flush(self, final: bool = False) -> None:
@@ -674,12 +676,6 @@ class _Counted:
     def take(self) -> int:
         n, self.n = self.n, 0
         return n
-
-
-def _rows_table(rows: list[tuple], schema: pa.Schema) -> pa.Table:
-    """Rows (tuples in schema order) as an Arrow table."""
-    columns = zip(*rows) if rows else [[] for _ in schema]
-    return pa.Table.from_arrays([pa.array(values, type=field.type) for values, field in zip(columns, schema)], schema=schema)
 
 
 def _ipc(table: pa.Table) -> bytes:
