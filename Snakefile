@@ -1,62 +1,65 @@
-# citeforge: raw sources -> benchmark releases -> evaluations. See README.md and DESIGN.md.
+# citeforge: raw sources -> benchmark releases -> evaluations. See README.md ("Architecture").
 #   snakemake --cores 2 release      build every enabled family's release (default target)
 #   snakemake --cores 2 catalog      data/runs/<run>/catalog.duckdb over every stage output
 #   snakemake --cores 2 evaluate     run the configured models on the releases and score them
 #   snakemake --cores 2 report && snakemake report --report report.html   Snakemake's HTML report
+#   python -m stages.core.explain --configfile <recipe>   every rule's params and where they come from
+import json
 import os
 import sys
+from pathlib import Path
 
 from stages.core.config import ConfigError, validate_config
+from stages.core.wiring import WiringError, load_steps
 
+# run-wide defaults and the papers' shared tables; the demo's caps only when no recipe is given
 configfile: "config/config.yaml"
+if not workflow.overwrite_configfiles:
+    configfile: "config/demo.yaml"
 
 try:
     validate_config(config)  # fails before any job runs, naming the bad key
 except ConfigError as err:
     sys.exit(str(err))  # the message alone: one line per bad key, no traceback
 
-include: "rules/common.smk"
-include: "rules/mavis.smk"
-include: "rules/images.smk"
-include: "rules/retrieval.smk"
-include: "rules/m2rag.smk"
-include: "rules/openreview.smk"
-include: "rules/mcitebench.smk"
-include: "rules/eval_mcitebench.smk"
-include: "rules/eval_mavis.smk"
-include: "rules/citeeval.smk"
-include: "rules/eval_m2rag.smk"
-include: "rules/attribution.smk"
-include: "rules/report.smk"
+try:  # each rules/<family>.smk declares its family's steps (plain Python, read in a namespace of its own)
+    W = load_steps(config)
+except WiringError as err:
+    sys.exit(f"wiring: {err}")  # a rule file and a stage declaration disagree: one line, naming the rule
+
+include: "rules/steps.smk"
 
 
 rule release:
     default_target: True
     input:
-        lambda w: RELEASES,
-        CATALOG_FILE,
+        W.releases,
+        W.catalog,
 
 
 rule catalog:
     input:
-        CATALOG_FILE,
+        W.catalog,
 
 
 rule evaluate:
     input:
-        lambda w: EVALUATIONS,
+        W.evaluations,
 
 
 rule report:  # then `snakemake report --report report.html` (add `evaluate` to both for the evaluations)
     input:
-        lambda w: RELEASES,
-        CATALOG_FILE,
-        lambda w: REPORTS,
+        W.releases,
+        W.catalog,
+        W.reports,
 
 
 onsuccess:
-    for manifest in RELEASES:
+    for manifest in W.releases:
         if Path(manifest).exists():
             print(f"release: {os.path.relpath(json.loads(Path(manifest).read_text())['path'])}")
-    if Path(CATALOG_FILE).exists():
-        print(f"catalog: {CATALOG_FILE}  (duckdb {CATALOG_FILE} \"show all tables\")")
+    for evaluation in W.evaluations:
+        if Path(evaluation).exists() and evaluation.endswith(".md"):
+            print(f"evaluation report: {evaluation}")
+    if Path(W.catalog).exists():
+        print(f"catalog: {W.catalog}  (duckdb {W.catalog} \"show all tables\")")

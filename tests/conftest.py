@@ -27,6 +27,17 @@ def workflow_copy(tmp_path: Path) -> Path:
     return dest
 
 
+def demo_config() -> dict:
+    """The demo's configuration as Snakemake merges it: config/config.yaml, then config/demo.yaml.
+    A test that writes it (edited) to a file and passes that as --configfile runs the demo standalone."""
+    import yaml
+    from snakemake.utils import update_config
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    update_config(config, yaml.safe_load((REPO / "config" / "demo.yaml").read_text()))
+    return config
+
+
 def run_stage(name: str, *args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
     """Run a stage through its real CLI (python -m stages.<group>.<name>), as Snakemake does."""
     from stages.core.layout import stage_module

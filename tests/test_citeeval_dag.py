@@ -44,7 +44,7 @@ def test_citeeval_rules(tmp_path):
         (tmp_path / "human.csv").write_text("response_id,sentence_id,rating\nf1,1,3\nf1,2,5\nf2,1,\n")
         config = {
             "run": "t", "mavis": {"enabled": False}, "mcitebench": {"enabled": False}, "m2rag": {"enabled": False}, "attribution": {"enabled": False},
-            "evaluate": {"enabled": True, "release": str(folder), "generate_answers": {"limit": 2, "max_tokens": 24},
+            "eval_mcitebench": {"enabled": True, "release": str(folder), "generate_answers": {"limit": 2, "max_tokens": 24},
                          "judge": {"name": "judge-smol"}, "models": [{"name": "smol-a"}]},
             "citeeval": {"enabled": True, "input": str(tmp_path / "samples.json"), "citeeval_prepare": {"model": "system-x", "limit": 0},
                          "judge": {"name": "rule-judge", "llm": judge.llm(tmp_path)},
@@ -52,11 +52,11 @@ def test_citeeval_rules(tmp_path):
                          "citeeval_score": {"human_ratings": str(tmp_path / "human.csv")}},
         }
         (work / "config" / "test.yaml").write_text(yaml.safe_dump(config))
-        plan = subprocess.run(["snakemake", "--cores", "2", "evaluate", "--configfile", "config/test.yaml", "-n"],
+        plan = subprocess.run(["snakemake", "--cores", "2", "evaluate", "--configfile", "config/demo.yaml", "config/test.yaml", "-n"],
                               cwd=work, capture_output=True, text=True, timeout=300)
         assert plan.returncode == 0 and re.search(r"citeeval_report\s+2\b", plan.stdout), plan.stdout[-3000:] + plan.stderr[-2000:]
         targets = ["data/runs/t/eval_mcitebench/citeeval_report/report.md", "data/runs/t/citeeval/citeeval_report/report.md"]
-        done = subprocess.run(["snakemake", "--cores", "2", *targets, "--configfile", "config/test.yaml"],
+        done = subprocess.run(["snakemake", "--cores", "2", *targets, "--configfile", "config/demo.yaml", "config/test.yaml"],
                               cwd=work, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-4000:]
     finally:

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, demo_config
 from stages.core.config import RENAMED, ConfigError, validate_config
 from stages.core.config_schema import main, outputs
 from stages.core.stage import Param, StageError
@@ -18,28 +18,30 @@ from stages.core.stage import Param, StageError
 
 @pytest.fixture
 def demo():
-    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    return demo_config()
 
 
 def test_demo_config_is_valid(demo):
     validate_config(demo)
 
 
-def test_real_recipe_layers_over_the_demo(demo):
-    """config/recipe_real.yaml is merged over the demo exactly as Snakemake merges --configfile."""
+def test_real_recipe_layers_over_the_base_alone():
+    """config/recipe_real.yaml is merged over config/config.yaml exactly as Snakemake merges
+    --configfile, without the demo overlay, and is valid on its own."""
     from snakemake.utils import update_config
 
-    recipe = yaml.safe_load((REPO / "config" / "recipe_real.yaml").read_text())
-    update_config(demo, recipe)
-    validate_config(demo)
-    assert demo["llm"]["backend"] == "openai" and demo["llm"]["llamacpp"]  # nested keys merged, not replaced
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    update_config(config, yaml.safe_load((REPO / "config" / "recipe_real.yaml").read_text()))
+    validate_config(config)
+    assert config["llm"]["backend"] == "openai" and "llamacpp" not in config["llm"]  # nothing of the demo's model
+    assert config["mavis"]["harvest_pushshift"]["domains"]  # the base's Table 11 merged under the recipe's keys
 
 
 def test_committed_schemas_match_the_stage_params():
     """Regenerate every family schema from the Params: a Param edited without
     `python -m stages.core.config_schema --write` fails here, so schema and Params cannot disagree."""
     generated = outputs()
-    assert {p.name for p in generated} == {f"{s}.schema.yaml" for s in ("attribution", "citeeval", "evaluate", "eval_m2rag", "eval_mavis", "images", "m2rag", "mavis", "mcitebench", "retrieval")}
+    assert {p.name for p in generated} == {f"{s}.schema.yaml" for s in ("attribution", "citeeval", "eval_mcitebench", "eval_m2rag", "eval_mavis", "images", "m2rag", "mavis", "mcitebench", "retrieval")}
     stale = [p.name for p, text in generated.items() if not p.exists() or p.read_text() != text]
     assert not stale, f"run python -m stages.core.config_schema --write; out of date: {stale}"
     assert main(["--check"]) == 0  # the command says the same
@@ -70,13 +72,19 @@ def test_section_schema_is_the_params_schema():
 
 
 def test_parse_time_imports_no_stage_module(demo):
-    """Snakemake validates against the committed files: DAG parse imports no stage module (they
-    pull in torch, datasets, open_clip) and no pyarrow."""
+    """Snakemake validates against the committed files and derives every rule from the stage
+    manifest: DAG parse imports no stage module (they pull in torch, datasets, open_clip) and no pyarrow."""
     code = (
         "import sys, yaml\n"
         "from stages.core.config import validate_config\n"
         "from stages.core.layout import stage_sources\n"
-        "validate_config(yaml.safe_load(open('config/config.yaml')))\n"
+        "from snakemake.utils import update_config\n"
+        "from stages.core.wiring import load_steps\n"
+        "config = yaml.safe_load(open('config/config.yaml'))\n"
+        "update_config(config, yaml.safe_load(open('config/demo.yaml')))\n"
+        "validate_config(config)\n"
+        "wiring = load_steps(config)\n"
+        "[step.settings(w) for step in wiring.steps.values() for w in (step.domain if step.slot else [{}])]\n"
         "stage_sources('filter_images')\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pyarrow', 'datasets', 'open_clip')"
         " or (m.startswith('stages.') and not m.startswith('stages.core')))\n"
@@ -98,7 +106,7 @@ def test_top_level_typo_and_wrong_type(demo):
 
 def test_every_problem_is_listed_one_line_each(demo):
     bad = copy.deepcopy(demo)
-    bad["images"]["cache_images"]["workers"] = 0
+    bad["images"]["cache_images"] = {"workers": 0}
     bad["mavis"]["filter"] = {}
     bad["run"] = ".."
     lines = str(pytest.raises(ConfigError, validate_config, bad).value).splitlines()

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import REPO, WORKFLOW_PARTS
+from conftest import REPO, WORKFLOW_PARTS, demo_config
 
 pytestmark = pytest.mark.slow
 RUN = "data/runs/demo/m2rag"
@@ -38,7 +38,7 @@ def crash_command() -> str:
 
 
 def m2rag_copy(dest: Path, limit: int) -> Path:
-    """A workflow copy whose config/config.yaml is the M2RAG slice, so the README's commands run as written."""
+    """A workflow copy whose demo overlay (config/demo.yaml) is the M2RAG slice, so the README's commands run as written."""
     import shutil
 
     for part in WORKFLOW_PARTS:
@@ -48,12 +48,12 @@ def m2rag_copy(dest: Path, limit: int) -> Path:
         elif src.exists():
             (dest / part).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / part)
-    config = yaml.safe_load((dest / "config/config.yaml").read_text())
+    config = demo_config()
     for name, section in config.items():
         if isinstance(section, dict) and "enabled" in section and name != "m2rag":
             section["enabled"] = False
     config["m2rag"]["harvest_hub_dataset"]["limit"] = limit
-    (dest / "config/config.yaml").write_text(yaml.safe_dump(config))
+    (dest / "config/demo.yaml").write_text(yaml.safe_dump(config))  # the overlay a plain `snakemake release` reads
     return dest
 
 

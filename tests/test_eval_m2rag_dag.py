@@ -19,14 +19,14 @@ def test_snakemake_evaluate_m2rag(workflow_copy, tmp_path):
     folder = make_m2rag_release(tmp_path / "rel", aux=False, captions=False, pages=1, manifest=False)
     config = {
         "run": "t", "mavis": {"enabled": False}, "mcitebench": {"enabled": False}, "m2rag": {"enabled": False}, "attribution": {"enabled": False},
-        "evaluate": {"enabled": False}, "citeeval": {"enabled": False},
+        "eval_mcitebench": {"enabled": False}, "citeeval": {"enabled": False},
         "eval_m2rag": {"enabled": True, "release": str(folder), "approaches": ["single_stage", "separate"],
                        "models": [{"name": "smol"}], "judge": {"name": "smol-judge", "llm": {"max_attempts": 1}},
                        "m2rag_generate": {"limit": 1, "max_tokens": 24, "text_per_page": 1, "max_images": 1},
                        "m2rag_judge": {"max_tokens": 24, "context_chars": 200}},
     }
     (workflow_copy / "config" / "test.yaml").write_text(yaml.safe_dump(config))
-    run_snakemake(workflow_copy, "evaluate", "--configfile", "config/test.yaml")
+    run_snakemake(workflow_copy, "evaluate", "--configfile", "config/demo.yaml", "config/test.yaml")
     out = workflow_copy / "data" / "runs" / "t" / "eval_m2rag"
     report = (out / "m2rag_report" / "report.md").read_text()
     assert "## Results (cf. Table 2), strict scoring" in report and "## Results (cf. Table 2), reference scoring" in report
@@ -42,5 +42,5 @@ def test_snakemake_evaluate_m2rag(workflow_copy, tmp_path):
     side2 = json.loads((out / "m2rag_judge" / "judgements.00000-separate.parquet.report.json").read_text())
     assert failed == side["rejected"] + side2["rejected"]
     assert con.execute("select count(*) from summary where scoring = 'strict' and metric = 'overall'").fetchone()[0] == 2
-    again = run_snakemake(workflow_copy, "evaluate", "--configfile", "config/test.yaml", "-n")
+    again = run_snakemake(workflow_copy, "evaluate", "--configfile", "config/demo.yaml", "config/test.yaml", "-n")
     assert "Nothing to be done" in again.stdout + again.stderr

@@ -13,7 +13,7 @@ import yaml
 from pytest_httpserver import HTTPServer
 from werkzeug import Response
 
-from conftest import run_snakemake
+from conftest import run_snakemake, demo_config
 from mavis_eval_fixtures import build_release
 
 pytestmark = pytest.mark.slow
@@ -52,7 +52,7 @@ def by_rule(request):
 
 
 def _config(workdir, release, url):
-    config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    config = demo_config()
     for family in ("mavis", "mcitebench", "m2rag", "evaluate", "citeeval", "retrieval", "images"):
         if family in config:
             config[family]["enabled"] = False

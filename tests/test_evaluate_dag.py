@@ -17,13 +17,13 @@ def test_snakemake_evaluate(tmp_path):
     jsonl = make_mcitebench_data(tmp_path / "released", [shrink(r) for r in reference_records()])
     config = {
         "run": "t", "mavis": {"enabled": False}, "mcitebench": {"enabled": False}, "m2rag": {"enabled": False}, "attribution": {"enabled": False},
-        "evaluate": {"enabled": True, "release": str(jsonl), "generate_answers": {"limit": 2, "max_tokens": 24},
+        "eval_mcitebench": {"enabled": True, "release": str(jsonl), "generate_answers": {"limit": 2, "max_tokens": 24},
                      "score_mcitebench": {"scoring": "reference"},
                      "judge": {"name": "judge-smol"}, "swap_judge": {"name": "judge-smol-b", "llm": {"llamacpp": {"n_ctx": 4096}}},
                      "models": [{"name": "smol-a"}, {"name": "smol-b", "with_captions": False}]},
     }
     (work / "config" / "test.yaml").write_text(yaml.safe_dump(config))
-    done = subprocess.run(["snakemake", "--cores", "2", "evaluate", "--configfile", "config/test.yaml"],
+    done = subprocess.run(["snakemake", "--cores", "2", "evaluate", "--configfile", "config/demo.yaml", "config/test.yaml"],
                           cwd=work, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     out = work / "data" / "runs" / "t" / "eval_mcitebench"
@@ -42,6 +42,6 @@ def test_snakemake_evaluate(tmp_path):
     sidecar = json.loads((out / "generate_answers" / "responses.00000.parquet.report.json").read_text())
     assert sidecar["params"]["model"] == "smol-a" and sidecar["rows_in"] == 2
     # an unchanged rerun has nothing to do
-    again = subprocess.run(["snakemake", "--cores", "2", "evaluate", "--configfile", "config/test.yaml", "-n"],
+    again = subprocess.run(["snakemake", "--cores", "2", "evaluate", "--configfile", "config/demo.yaml", "config/test.yaml", "-n"],
                            cwd=work, capture_output=True, text=True, timeout=300)
     assert "Nothing to be done" in again.stdout + again.stderr

@@ -13,7 +13,7 @@ import pytest
 import yaml
 import zstandard
 
-from conftest import REPO, run_stage
+from conftest import REPO, run_stage, demo_config
 from stages.core.reddit_records import PlainPost, plain_gallery_urls
 from stages.mavis import harvest_pushshift
 from stages.mavis.harvest_pushshift import GALLERY_ITEM_REASONS, TruncatedFrame, image_urls, read_zstd_lines
@@ -244,7 +244,7 @@ def test_unknown_dump_name_is_a_clear_error(tmp_path):
 def test_demo_tables_match_the_row_by_row_harvest(tmp_path):
     """The bundled sample gives the same rows, in the same order, and the same rejects as the
     row-by-row harvest that preceded the batched one (recorded in tests/data)."""
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["mavis"]["harvest_pushshift"]
+    config = demo_config()["mavis"]["harvest_pushshift"]
     params = {k: v for k, v in config.items() if k != "files"}
     out = tmp_path / "out"
     args = [f"--input=dumps={REPO / f}" for f in config["files"]]

@@ -302,7 +302,7 @@ def test_record_then_replay_with_the_server_stopped(tmp_path, server, creds, mon
     # domains are harvest_pushshift's (the demo's Table 11 merged with ours): name the subreddits, in the recorded order
     section = {k: v for k, v in _params(server.url, mode="replay", warc=str(warc), subreddits=["askscience", "woodworking"]).items() if k != "domains"}
     overlay.write_text(yaml.safe_dump({"mavis": {"source": "reddit_live", "harvest_pushshift": {"domains": DOMAINS}, "harvest_reddit_live": section}}))
-    run_snakemake(workflow_copy, "data/runs/demo/mavis/filter_questions/questions.00000.parquet", "--configfile", "config/live.yaml")
+    run_snakemake(workflow_copy, "data/runs/demo/mavis/filter_questions/questions.00000.parquet", "--configfile", "config/demo.yaml", "config/live.yaml")
     dag_out = workflow_copy / "data/runs/demo/mavis/harvest_reddit_live"
     for name in ("posts", "comments"):
         for i in range(2):

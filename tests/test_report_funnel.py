@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import run_snakemake, run_stage
+from conftest import run_snakemake, run_stage, demo_config
 
 pytestmark = pytest.mark.slow
 
 
 def _mavis_slice(workdir: Path) -> Path:
-    config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    config = demo_config()
     for section in ("m2rag", "mcitebench", "images", "retrieval", "evaluate", "citeeval"):
         if isinstance(config.get(section), dict):
             config[section]["enabled"] = False

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import _free_port, run_snakemake
+from conftest import _free_port, run_snakemake, demo_config
 
 pytestmark = pytest.mark.slow
 TOOLS = ["munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel", "unshare"]
@@ -120,7 +120,7 @@ def slurm(tmp_path):
 
 
 def _slice(workdir: Path) -> tuple[Path, list[str]]:
-    config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    config = demo_config()
     for section in ("m2rag", "mcitebench", "images", "retrieval", "evaluate", "citeeval"):
         if isinstance(config.get(section), dict):
             config[section]["enabled"] = False

@@ -18,7 +18,7 @@ def test_attribution_reruns(workflow_copy):
                            "attribute_self", "attribution_references", "score_attribution"}
     # part of the evaluate target (the other evaluation families off: this test is about attribution)
     (wf / "config" / "attribution_only.yaml").write_text("eval_mavis: {enabled: false}\neval_m2rag: {enabled: false}\n")
-    assert REPORT in run_snakemake(wf, "evaluate", "-n", "--configfile", "config/attribution_only.yaml").stdout
+    assert REPORT in run_snakemake(wf, "evaluate", "-n", "--configfile", "config/demo.yaml", "config/attribution_only.yaml").stdout
     make_up_to_date(wf, REPORT)
     assert planned(wf, "--rerun-triggers", "mtime") == set()
     stage = wf / "stages" / "attribution" / "attribute_attention.py"

@@ -13,7 +13,7 @@ import duckdb
 import pytest
 import yaml
 
-from conftest import make_up_to_date, run_snakemake
+from conftest import make_up_to_date, run_snakemake, demo_config
 from stages.core.ids import content_id
 
 pytestmark = pytest.mark.slow
@@ -21,7 +21,7 @@ RUN = "data/runs/demo/m2rag"
 
 
 def only_m2rag(workdir, limit=4):
-    config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    config = demo_config()
     for name, section in config.items():
         if isinstance(section, dict) and "enabled" in section and name != "m2rag":
             section["enabled"] = False

@@ -11,13 +11,13 @@ import duckdb
 import pytest
 import yaml
 
-from conftest import make_up_to_date, run_snakemake
+from conftest import make_up_to_date, run_snakemake, demo_config
 
 pytestmark = pytest.mark.slow
 
 
 def _only_mavis(workdir, **filter_overrides):
-    config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    config = demo_config()
     for family in ("m2rag", "mcitebench"):
         if family in config:
             config[family]["enabled"] = False

@@ -36,11 +36,9 @@ RENAMED: dict[str, str | tuple[str, ...]] = {
     "mcitebench.pairing": "mcitebench.pair_evidence",
     "mcitebench.distractors": "mcitebench.sample_distractors",
     "mcitebench.release": "mcitebench.release_mcitebench",
-    "evaluate.seed": "evaluate.generate_answers.seed",
-    "evaluate.limit": "evaluate.generate_answers.limit",
-    "evaluate.max_tokens": "evaluate.generate_answers.max_tokens",
-    "evaluate.with_captions": "evaluate.generate_answers.with_captions",
-    "evaluate.title": "evaluate.report_mcitebench.title",
+    "evaluate": "eval_mcitebench",  # the MCiteBench evaluation, named like the other evaluations
+    "retrieval.replay_warcs": "fetch.replay_warcs",  # one list of replayed WARCs for every fetching stage
+    "mcitebench.parse_pdfs.image_store": "images.store",  # one image store for the run
     "citeeval.input_model": "citeeval.citeeval_prepare.model",
     "citeeval.limit": "citeeval.citeeval_prepare.limit",
     "citeeval.min_statement_chars": "citeeval.citeeval_prepare.min_statement_chars",

@@ -12,7 +12,7 @@ result's title and snippet), `mode` `text_stand_in`. Scores only: decide_entailm
 threshold.
 
 Inputs `facts`, `documents`, `fact_documents` (the pairs whose document is an image) and `images`
-(images_deduped of the fact images: owner = fact, url = the document's url).
+(the fact images as cached, or deduplicated when mavis.fact_image_filters is on: owner = fact, url = the document's url).
 Output `scores` (mavis_entailment_scores).
 Rejects (per pair `<fact_id>|<doc_id>`): image_not_kept (the image stages dropped the image: see
 their rejects), invalid_answer, unknown_fact, unknown_document.
@@ -52,7 +52,7 @@ STAGE = Stage(
         "facts": Input("mavis_facts shards: the hypotheses", many=True, table="mavis_facts"),
         "documents": Input("mavis_documents: the image documents", many=True, table="mavis_documents"),
         "fact_documents": Input("mavis_fact_documents: the pairs to score", many=True, table="mavis_fact_documents"),
-        "images": Input("images_deduped of the fact images (owner = fact)", many=True, table="images_deduped"),
+        "images": Input("the fact images as cached, owner = fact (images_deduped rows when mavis.fact_image_filters is on)", many=True, table="images_cached"),
     },
     outputs={"scores": Output("mavis_entailment_scores", "P(yes) per (image, fact) pair")},
     params={

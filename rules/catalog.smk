@@ -1,0 +1,18 @@
+# The run's catalog over every stage output, and Snakemake's HTML report figures per family with a
+# release: the funnel, time and model calls per stage, the release card.
+W.step("build_catalog", family="catalog", section=None, folder=W.rundir, files={"catalog": "catalog.duckdb"},
+       inputs={"tables": W.catalog_tables("build")},
+       # the evaluation outputs that exist now: one appearing (after `evaluate`) rebuilds the catalog
+       per_job=lambda wc: {"evaluation_tables": [p for p in W.catalog_tables("evaluation") if Path(p).exists()]})
+W.report_families = {Path(m).parent.parent.name: m for m in W.releases}  # {RUNDIR}/<family>/<release stage>/release.json
+if W.report_families:
+    _shown = {"category": "{family}", "subcategory": "funnel"}
+    W.step("report_funnel", family="reports", section=None, slot="{family}", domain=[{"family": f} for f in W.report_families],
+           folder=f"{W.rundir}/reports/{{family}}", constraints={"family": "|".join(W.report_families)},
+           inputs={"outputs": lambda wc: [p for p in W.catalog_tables("build") if p.startswith(f"{W.rundir}/{wc['family']}/")],
+                   "release": lambda wc: [W.report_families[wc["family"]]]},
+           per_job=lambda wc: {"family": wc["family"]},
+           files={"funnel": "funnel.svg", "stages": "stages.svg", "card": "card.html"},
+           reports={"funnel": {**_shown, "caption": "report/funnel.rst"}, "stages": {**_shown, "caption": "report/stages.rst"},
+                    "card": {"category": "{family}", "subcategory": "release card"}})
+W.reports = W.steps["report_funnel"].every("funnel") if W.report_families else []

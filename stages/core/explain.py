@@ -1,0 +1,214 @@
+"""See before you spend: every rule's effective params, where each value comes from, the model and
+endpoint each model role calls, and the rules that would run.
+
+    python -m stages.core.explain                                  # the demo (config/demo.yaml on top)
+    python -m stages.core.explain --configfile config/recipe_real.yaml
+    python -m stages.core.explain --configfile config/recipe_real.yaml --rule filter_entailment_text --json
+
+The configuration is layered as Snakemake layers it (stages/core/wiring.py): config/config.yaml
+(`base`), config/demo.yaml only when no --configfile is given (`demo overlay`), each --configfile
+(`recipe <file>`), then --config KEY=VALUE (`command line`). A param no layer sets is the stage's
+own default (`stage default`); `rule wiring` is what the rule file fixes (columns, scopes, per-job
+values); `model layer default` is stages/core/llm/settings.py's DEFAULTS.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .config import ConfigError, validate_config
+from .layout import ROOT
+from .wiring import WiringError, load_steps
+
+BASE = ROOT / "config" / "config.yaml"
+DEMO = ROOT / "config" / "demo.yaml"
+
+
+def layered_config(configfiles: list[str], overrides: list[str]) -> tuple[dict, list[tuple[str, dict]]]:
+    """The merged configuration and its layers, in order: (name, values)."""
+    layers = [("base", _load(BASE))]
+    if not configfiles:
+        layers.append(("demo overlay", _load(DEMO)))
+    layers += [(f"recipe {path}", _load(Path(path))) for path in configfiles]
+    if overrides:
+        command_line: dict = {}
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise SystemExit(f"explain: --config expects KEY=VALUE, got {item!r}")
+            node = command_line
+            *parents, leaf = key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = yaml.safe_load(value)
+        layers.append(("command line", command_line))
+    merged: dict = {}
+    for _, values in layers:
+        _update(merged, values)
+    return merged, layers
+
+
+def _load(path: Path) -> dict:
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except OSError as err:
+        raise SystemExit(f"explain: cannot read {path}: {err.strerror}") from None
+
+
+def _update(config: dict, overwrite: dict) -> None:
+    """Snakemake's update_config: mappings merge key by key, anything else is replaced."""
+    for key, value in overwrite.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            _update(config[key], value)
+        else:
+            config[key] = value
+
+
+def _has(values: Any, path: list[str]) -> bool:
+    for part in path:
+        if isinstance(values, dict) and part in values:
+            values = values[part]
+        elif isinstance(values, list) and part.isdigit() and int(part) < len(values):
+            values = values[int(part)]
+        else:
+            return False
+    return True
+
+
+def origin_layer(origin: str, layers: list[tuple[str, dict]]) -> str:
+    """The layer a config path's value came from: the last that sets it (or a list above it)."""
+    if origin in ("wiring", "model layer default"):
+        return {"wiring": "rule wiring"}.get(origin, origin)
+    parts = origin.split(".")
+    for name, values in reversed(layers):
+        if _has(values, parts):
+            return name
+    return "stage default"
+
+
+def explain(config: dict, layers: list[tuple[str, dict]], only: str | None = None) -> dict:
+    """Per rule and job: every param leaf with its value and origin; per model role its endpoint."""
+    wiring = load_steps(config)
+    rules: dict[str, Any] = {}
+    roles = []
+    for name, step in wiring.steps.items():
+        if only and name != only:
+            continue
+        jobs = []
+        for wildcards in (step.domain if step.slot else [{}]):
+            values, origins = step.params(wildcards)
+            leaves = {}
+            for leaf, value in _leaves(values, origins):
+                leaves[leaf] = {"value": value, "origin": origin_layer(origins[leaf], layers)}
+            for param, spec in step.decl["params"].items():
+                if param not in values:
+                    leaves[param] = {"value": spec.get("default", "<required>"), "origin": "stage default"}
+            jobs.append({"wildcards": wildcards, "params": leaves})
+            for param, spec in step.decl["params"].items():
+                for where, settings in _model_roles(param, spec, values.get(param)):
+                    openai = settings.get("openai") or {}
+                    roles.append({
+                        "rule": name, "job": wildcards, "role": where, "backend": settings.get("backend"),
+                        "model": settings.get("model"),
+                        "endpoint": openai.get("base_url") if settings.get("backend") == "openai" else "in process",
+                        "api_key_env": openai.get("api_key_env") if settings.get("backend") == "openai" else None,
+                    })
+        rules[name] = {"stage": step.stage, "family": step.family, "jobs": jobs}
+    return {"layers": [name for name, _ in layers], "rules": rules, "models": roles}
+
+
+def _leaves(values: dict, origins: dict[str, str]):
+    """(leaf, value) for every origin key: a param, or a key of a mapping param."""
+    for leaf in sorted(origins):
+        node: Any = values
+        for part in leaf.split("."):
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        yield leaf, node
+
+
+def _model_roles(param: str, spec: dict, value: Any):
+    if spec.get("schema") == "llm" and isinstance(value, dict) and "backend" in value:
+        yield param, value
+    elif param == "answerers" and isinstance(value, list):
+        for item in value:
+            if isinstance(item, dict) and isinstance(item.get("llm"), dict):
+                yield f"answerers[{item.get('name')}]", item["llm"]
+
+
+def would_run(configfiles: list[str], overrides: list[str], targets: list[str]) -> str:
+    """Snakemake's own dry run: the jobs per rule that `snakemake <targets>` would run now."""
+    command = [sys.executable, "-m", "snakemake", *targets, "-n", "--quiet", "rules"]
+    if configfiles:
+        command += ["--configfile", *configfiles]
+    if overrides:
+        command += ["--config", *overrides]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        return f"(snakemake -n failed)\n{done.stderr[-2000:]}"
+    return done.stdout.strip()
+
+
+def _short(value: Any, width: int = 70) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def render(report: dict) -> str:
+    lines = ["layers (later wins): " + " < ".join(["stage default", *report["layers"]]), ""]
+    for name, rule in report["rules"].items():
+        lines.append(f"rule {name} (stage {rule['stage']}, {rule['family']})")
+        job = rule["jobs"][0]
+        if len(rule["jobs"]) > 1:
+            lines.append(f"  {len(rule['jobs'])} jobs; the first shown ({json.dumps(job['wildcards'])})")
+        for leaf, item in job["params"].items():
+            lines.append(f"  {leaf:<34} {_short(item['value']):<72} {item['origin']}")
+        lines.append("")
+    lines.append("model roles:")
+    seen = set()
+    for role in report["models"]:
+        key = (role["rule"], role["role"], role["backend"], role["model"], role["endpoint"])
+        if key in seen:
+            continue
+        seen.add(key)
+        key_env = f" (key ${role['api_key_env']})" if role.get("api_key_env") else ""
+        lines.append(f"  {role['rule']:<28} {role['role']:<22} {role['backend']:<9} {role['model']} @ {role['endpoint']}{key_env}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m stages.core.explain", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configfile", nargs="+", action="extend", default=[], help="recipe files, in order (as Snakemake's)")
+    parser.add_argument("--config", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                        help="overrides, dotted keys (mavis.filter_questions.min_answer_chars=400)")
+    parser.add_argument("--rule", help="only this rule")
+    parser.add_argument("--json", action="store_true", help="the whole report as JSON")
+    parser.add_argument("--targets", nargs="+", default=["release", "evaluate"], help="targets of the dry run (default: release evaluate)")
+    parser.add_argument("--no-dry-run", action="store_true", help="skip Snakemake's dry run (the rules that would run)")
+    args = parser.parse_args(argv)
+    config, layers = layered_config(args.configfile, args.config)
+    try:
+        validate_config(config)
+        report = explain(config, layers, args.rule)
+    except (ConfigError, WiringError) as err:
+        sys.exit(f"explain: {err}")
+    if args.rule and not report["rules"]:
+        sys.exit(f"explain: no rule {args.rule!r} in this configuration")
+    if not args.no_dry_run:
+        report["would_run"] = would_run(args.configfile, args.config, args.targets)
+    if args.json:
+        print(json.dumps(report, indent=1, default=str))
+    else:
+        print(render(report))
+        if "would_run" in report:
+            print("\nwould run (snakemake -n " + " ".join(args.targets) + "):\n" + report["would_run"])
+
+
+if __name__ == "__main__":
+    main()
