@@ -1,4 +1,4 @@
-"""Build the run's catalog: one DuckDB file over every stage output (DESIGN.md §Storage).
+"""Build the run's catalog: one DuckDB file over every stage output (docs/ARCHITECTURE.md "Storage, catalog and releases").
 
 `data/runs/<run>/catalog.duckdb` gets one schema per benchmark family and one view per stage
 output table (shards unioned), one `<stage>_rejects` view per stage over its rejects sidecars, and

@@ -1,4 +1,4 @@
-"""The fetch layer (DESIGN.md §"Data that comes from outside"): every download in citeforge goes
+"""The fetch layer (docs/ARCHITECTURE.md "Data from outside"): every download in citeforge goes
 through `Fetcher.fetch(url)`.
 
 - Polite: per-host concurrency slots, per-host rate limit, retries with backoff on 429/5xx,

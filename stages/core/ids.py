@@ -1,7 +1,7 @@
 """Stable, content-derived identifiers and shard assignment.
 
 Ids never depend on run order or wall-clock time, so reruns produce the same ids and joins
-across stages and runs are exact (DESIGN.md, stage contract rule 5).
+across stages and runs are exact (docs/ARCHITECTURE.md, stage contract rule 6).
 """
 from __future__ import annotations
 

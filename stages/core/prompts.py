@@ -1,4 +1,4 @@
-"""Prompts as files (DESIGN.md §"Models: the LLM layer").
+"""Prompts as files (docs/ARCHITECTURE.md "Models").
 
 A prompt is `prompts/<name>.md`: YAML front matter, then a Jinja2 body that becomes the user
 message.

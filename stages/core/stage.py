@@ -1,4 +1,4 @@
-"""The stage contract (DESIGN.md §"The stage contract"): one tiny interface, one CLI runner.
+"""The stage contract (docs/ARCHITECTURE.md "The stage contract"): one tiny interface, one CLI runner.
 
 A stage module declares itself and ends with `STAGE.main()`:
 

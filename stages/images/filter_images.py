@@ -15,7 +15,7 @@ CLIP (open-clip-torch; `clip_model` names the architecture, `clip_weights` a loc
 file, never a download; no weights means random weights, which only tests and the offline demo
 use): `clip_score` is the cosine similarity of the image and text embeddings, computed in batches
 of `batch_size` on the GPU when there is one. The score is a column; `clip_threshold` is a
-separate cheap param (DESIGN.md rule 6): scores are cached under `score_cache` keyed by the
+separate cheap param (docs/ARCHITECTURE.md, stage contract rule 7): scores are cached under `score_cache` keyed by the
 model, the weights file's sha256, the image's sha256 and the text, so changing the threshold
 and rerunning never calls the model again. Rejects: low_clip_score, no_text (no text row for the
 image's key), image_missing (not in the store), broken_image. `clip_model: ""` turns CLIP off

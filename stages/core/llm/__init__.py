@@ -1,4 +1,4 @@
-"""The model layer (DESIGN.md §"Models: the LLM layer"): one client, three backends, prompts as
+"""The model layer (docs/ARCHITECTURE.md "Models"): one client, three backends, prompts as
 files, schema-checked answers and a call cache shared by parallel jobs.
 
     from stages.core.llm import LLMClient, LLMRequest
