@@ -1,9 +1,8 @@
 """The bundled demo config plans every target with every family and evaluation on.
 
-Rule files share one Python namespace: a helper defined in two of them (as eval_mavis.smk and
-eval_m2rag.smk once both defined `_em_candidate`) makes the earlier file's lambdas call the later
-one's helper, and only a plan of the whole demo shows it. The other workflow tests switch
-families off to stay small, so this one plans them all without running anything."""
+A plan of the whole demo is the one place every rule file's steps meet (each reads the steps of
+the files before it); the other workflow tests switch families off to stay small, so this one
+plans them all without running anything."""
 import re
 
 from tests.conftest import run_snakemake
@@ -19,7 +18,7 @@ EXPECTED = {
     "m2rag_generate", "m2rag_report",  # eval_m2rag.smk
     "citeeval_score", "citeeval_report",  # citeeval.smk
     "generate_attributed", "score_attribution",  # attribution.smk
-    "report_funnel", "build_catalog",  # report.smk, common.smk
+    "report_funnel", "build_catalog",  # catalog.smk
 }
 
 
