@@ -106,7 +106,6 @@ if CE.get("enabled", False):
             prompts=prompt_files("citeeval_itercoe"),
             responses=rules.citeeval_prepare.output.responses,
             statements=rules.citeeval_prepare.output.statements,
-            contexts=rules.citeeval_context.output.contexts,
         output:
             ratings=_ce("citeeval_itercoe", "ratings"),
         params:
