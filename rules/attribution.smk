@@ -151,7 +151,7 @@ if AT.get("enabled", False):
         params:
             io=stage_io,
             version=stage_version("score_attribution"),
-            settings=settings({}),
+            settings=settings(AT.get("score_attribution", {})),
         log:
             _at_log("score_attribution"),
         benchmark:
