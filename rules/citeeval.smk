@@ -25,8 +25,7 @@ if W.enabled(CE):
         _judge, _judge_llm = W.judge(CE, keys=())
         _judged = {"wiring": _judge, "models": lambda wc: _judge_llm}
         W.step("citeeval_context", family=CE, inputs=_prepared, **_judged, **_sources)
-        W.step("citeeval_itercoe", family=CE, inputs={**_prepared, "contexts": W.out("citeeval_context", "contexts")},
-               **_judged, **_sources)
+        W.step("citeeval_itercoe", family=CE, inputs=_prepared, **_judged, **_sources)
         _fit = W.get(f"{CE}.citeeval_fit.human_ratings")
         if _fit:
             W.step("citeeval_fit", family=CE, inputs={"ratings": _fit}, files={"coefficients": "coefficients.json"})

@@ -29,6 +29,17 @@ def test_majority_of_top_k_wins_over_the_single_strongest_token():
     assert token_votes(pooled, labels, k=1) == [2]
 
 
+def test_max_aggregation_is_the_single_strongest_token_whatever_k():
+    """Table 4's "max": the sentence of the most attended text token; k does not enter (the seed's
+    text; its table's figures vary a little with k, which that rule cannot do)."""
+    labels = np.array([0, 0, 1, 1, 2])
+    pooled = one_hot_rows([{4: 0.5, 2: 0.2, 3: 0.15, 0: 0.1}, {0: 0.3, 1: 0.2, 4: 0.25}], 5)
+    # majority k=3: token 0 -> top s2, s1, s1 -> 1; token 1 -> s0, s2, s0 -> 0.  max: 2 and 0
+    assert attribute(pooled, labels, ["0", "1", "2"], [0, 0], 1, k=3, tau=0.5, mode="text")[0] == [["0", "1"]]
+    for k in (1, 3, 5):
+        assert attribute(pooled, labels, ["0", "1", "2"], [0, 0], 1, k=k, tau=0.5, mode="text", aggregation="max")[0] == [["0", "2"]]
+
+
 def test_vote_ties_go_to_the_larger_attention_mass_then_the_earlier_sentence():
     labels = np.array([0, 1, 2, 3])
     heavier_later = one_hot_rows([{0: 0.2, 1: 0.3}], 4)

@@ -1,7 +1,8 @@
 """citeeval_context (CiteEval-Auto context attribution, seed Table 10) through the real model client
 (openai backend) against a local OpenAI-compatible server that answers by rule
 (tests/citeeval_judge.py): the judge's <category> tags parsed, a cited statement is retrieval
-without a call, missing or malformed tags invalid -> retried -> rejected with the raw text."""
+without a call, missing or malformed tags invalid -> retried -> a null strict context with the raw
+text, beside the public parser's tag-by-tag reading (its default 2 for a lost tag)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ import pytest
 
 from citeeval_judge import RuleJudge, prepared_tables
 from conftest import run_stage
-from stages.citeeval.citeeval_context import parse_categories
+from stages.citeeval.citeeval_context import parse_categories, parse_reference
 
 
 @pytest.fixture
@@ -27,12 +28,14 @@ def test_context_through_the_client(judge, tmp_path):
     params = json.dumps({"judge": "rule", "llm": judge.llm(tmp_path)})
     run_stage("citeeval_context", *base, "--output", f"contexts={tmp_path / 'contexts.parquet'}", "--params", params)
     contexts = {r["id"]: r for r in pq.read_table(tmp_path / "contexts.parquet").to_pylist()}
-    assert {k: (v["context"], v["rule"]) for k, v in contexts.items()} == {
-        "ok/1": (1, "model"), "ok/2": (2, "cited"), "ok/3": (2, "model"), "bad/2": (2, "cited"), "flaky/1": (2, "cited")}
-    assert not contexts["ok/1"]["applicable"] and contexts["ok/2"]["model_context"] == 2
-    rejects = pq.read_table(tmp_path / "contexts.parquet.rejects.parquet").to_pylist()
-    assert [(r["id"], r["reason"]) for r in rejects] == [("bad/1", "invalid_answer")]
-    assert "no <category" in rejects[0]["detail"] and "The citations look fine." in rejects[0]["detail"]
+    assert {k: (v["context"], v["reference_context"], v["rule"]) for k, v in contexts.items()} == {
+        "ok/1": (1, 1, "model"), "ok/2": (2, 2, "cited"), "ok/3": (2, 2, "model"),
+        "bad/1": (None, 2, "model"),  # no tag at all: strict has no context, the public parser its default 2
+        "bad/2": (2, 2, "cited"), "flaky/1": (2, 2, "cited")}
+    assert not contexts["ok/1"]["applicable"] and contexts["ok/2"]["model_context"] == 2 and contexts["bad/1"]["applicable"] is None
+    assert "no <category" in contexts["bad/1"]["invalid"] and "The citations look fine." in contexts["bad/1"]["invalid"]
+    report = json.loads((tmp_path / "contexts.parquet.report.json").read_text())
+    assert report["rejected"] == 0 and report["stats"]["context_invalid"] == 1
     context_calls = [p for p in judge.requests if "<categories>" in p]
     assert sum("MALFORMED" in p for p in context_calls) == 3 and len(context_calls) == 4  # flaky: all cited, no call
 
@@ -52,3 +55,16 @@ def test_malformed_categories(text, problem):
 def test_categories_parse():
     text = '<thinking>x</thinking>\n<category sentence_id="1"> 2 (Retrieval) </category>\n<category sentence_id="2">4</category>'
     assert parse_categories(text, 2) == {1: 2, 2: 4}
+
+
+def test_public_reading_tag_by_tag():
+    """context_attributor.parse_response: only `<category sentence_id="i">` with double quotes and
+    digits; a value outside 1-4 is read by its first character, else the default 2; the last tag of
+    a sentence wins; a sentence without a readable tag is left to the default (2) by the caller."""
+    text = ('<category sentence_id="1"> 4 </category>'        # 4
+            '<category sentence_id="2"> 31 </category>'       # "31" -> "3"
+            '<category sentence_id="3"> 7 </category>'        # "7" -> "7"[0] = "7", still not 1-4 -> 2
+            "<category sentence_id='4'> 1 </category>"        # single quotes: not read
+            '<category sentence_id="5"> 1 (Query) </category>'  # not digits only: not read
+            '<category sentence_id="6"> 1 </category><category sentence_id="6"> 3 </category>')  # last wins: 3
+    assert parse_reference(text) == {"1": 4, "2": 3, "3": 2, "6": 3}

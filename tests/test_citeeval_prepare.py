@@ -41,6 +41,7 @@ def test_post_processing_rules(tmp_path):
         "unclosed": "Scattering by the air makes it blue [1]. <thinking> now let me think about passage 2",
         "no_answer": "<thinking>Nothing relevant.</thinking> No answer is found.",
         "empty": "<thinking>only thoughts, the answer never came",
+        "hedged": "The passages do not mention the cause. Air scatters light in all directions [1].",
     }
     responses, statements, export, out = prepare(tmp_path, "--input", f"responses={responses_file(tmp_path, texts)}")
     assert statements["leading"] == [("The sky scatters blue light strongly.", [1, 2], []),
@@ -56,9 +57,13 @@ def test_post_processing_rules(tmp_path):
     assert by_id["no_answer"]["unanswerable"] and not by_id["leading"]["unanswerable"]
     assert by_id["thinking"]["thinking_dropped"] and by_id["thinking"]["prediction"] == "Scattering by air makes the sky blue [1]."
     assert by_id["range"]["dropped_citations"] == [7, 0]
-    assert "empty" not in by_id
-    rejects = pq.read_table(f"{out['responses']}.rejects.parquet").to_pylist()
-    assert [(r["id"], r["reason"]) for r in rejects] == [("empty", "empty_response")]
+    # kept without statements: strict leaves it out of the means, the reference mode rates it as the public code does
+    assert (by_id["empty"]["empty"], by_id["empty"]["n_statements"], "empty" in statements) == (True, 0, False)
+    assert [r for r, row in by_id.items() if row["thinking_unclosed"]] == ["unclosed", "empty"]
+    # the public "no answer" regex over the text the public code keeps: "no answer ... found", "not mention"
+    assert [r for r, row in by_id.items() if row["no_answer_reference"]] == ["no_answer", "hedged"]
+    assert not by_id["hedged"]["unanswerable"] and len(statements["hedged"]) == 2
+    assert json.loads((tmp_path / "responses.out.report.json").read_text())["rejected"] == 0
     assert [s["sample_idx"] for s in export] == [r["id"] for r in responses]
 
 
@@ -114,3 +119,19 @@ def test_unanswerable_detection(text, expected):
     from stages.citeeval.citeeval_prepare import is_unanswerable, split_statements
 
     assert is_unanswerable(split_statements(text, 20)) is expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("There is no information about the cause.", True),   # no ... information
+    ("The reason is not provided in the sources.", True),  # not ... provided
+    ("No. The answer depends on the season.", True),       # no ... answer, within 30 characters
+    ("The exact value was not found to matter.", True),    # not ... found
+    ("Nothing is known about it.", False),                  # "Nothing" is not the word "no"
+    ("No, the sky scatters blue light most strongly of all colours in sunlight.", False),  # nothing listed within 30
+    ("The sky is blue [1].", False),
+])
+def test_public_no_answer_regex(text, expected):
+    """split_response_into_sentences_and_citations.is_no_answer_prediction's pattern, searched anywhere."""
+    from stages.citeeval.citeeval_prepare import is_public_no_answer
+
+    assert is_public_no_answer(text) is expected

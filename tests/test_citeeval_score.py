@@ -1,5 +1,7 @@
-"""citeeval_score: Full and Cited scenarios with their edge cases, strict and reference-compatible, |R|
-and M, and the meta-evaluation, through the stage's CLI on hand-made tables (citeeval.txt §2.4, §4)."""
+"""citeeval_score: Full and Cited scenarios with their edge cases, strict and reference-compatible,
+system scores at statement and response level, |R| and M, and the meta-evaluation, through the
+stage's CLI on hand-made tables (citeeval.txt §2.4, §4; CiteEval's public rating_utils.rate and
+evaluate_all_systems.py for the reference mode)."""
 from __future__ import annotations
 
 import json
@@ -9,33 +11,36 @@ import pytest
 from scipy.stats import kendalltau, pearsonr, spearmanr
 
 from conftest import run_stage
-from stages.core.citeeval import PUBLIC_COEFFICIENTS as C
+from stages.core.citeeval import ACTIONS, PUBLIC_COEFFICIENTS as C
 from stages.core.tables import write_table
 
 KEEP1 = C["keep"] + C["intercept"]  # a cited statement the judge left alone: Eq. 3 with one KEEP
+NO_ROW = "no row"  # a failed call: the judge stage wrote no row (a reject)
 
 
-def build(tmp_path, spec: dict[str, list[tuple]]):
-    """spec: response id -> statements (citations, context or None, ITERCOE rating 1-5 or None, editdist or None)."""
+def build(tmp_path, spec: dict) -> list[str]:
+    """spec: response id -> (statements, prepared flags). A statement: (citations, context, rating,
+    editdist, overrides): context NO_ROW / None (strict parse invalid) / 1-4, rating NO_ROW / None
+    (strict parse invalid) / 1-5; overrides set reference_context, reference_rating,
+    editdist_reference (default: the strict value, the rating, 1.0)."""
     prepared, statements, contexts, ratings, distances = [], [], [], [], []
-    for rid, rows in spec.items():
+    for rid, (rows, flags) in spec.items():
         prepared.append({"id": rid, "model": "m", "source": "test", "query": "q", "passages": [], "mode": "text",
                          "prediction": "p", "thinking_dropped": False, "unanswerable": False, "n_statements": len(rows),
-                         "dropped_citations": []})
-        for i, (citations, context, rating, dist) in enumerate(rows, start=1):
-            sid = f"{rid}/{i}"
-            statements.append({"id": sid, "response_id": rid, "model": "m", "sentence_id": i, "sentence": "s",
-                               "citations": citations, "dropped": [], "unanswerable": False})
-            if context is not None:
-                contexts.append({"id": sid, "response_id": rid, "model": "m", "sentence_id": i, "context": context,
-                                 "model_context": None, "rule": "model", "applicable": context == 2, "judge": "j"})
-            if rating is not None:
-                ratings.append({"id": sid, "response_id": rid, "model": "m", "sentence_id": i, "rating": rating,
-                                "itercoe": (rating - 1) / 4, "edits": [], "judge": "j"})
-                distances.append({"id": sid, "response_id": rid, "model": "m", "sentence_id": i,
-                                  **dict.fromkeys(["keep", "delete_misleading", "delete_substandard", "delete_redundant",
-                                                   "add_evidence", "add_refinement", "add_credibility"], 0),
-                                  "n_actions": 0, "ignored_edits": 0, "editdist": dist, "editdist_reference": 1.0})
+                         "dropped_citations": [], "empty": not rows, "thinking_unclosed": False, "no_answer_reference": False, **flags})
+        for i, (citations, context, rating, dist, over) in enumerate(rows, start=1):
+            ids = {"id": f"{rid}/{i}", "response_id": rid, "model": "m", "sentence_id": i}
+            statements.append({**ids, "sentence": "s", "citations": citations, "dropped": [], "unanswerable": False})
+            if context != NO_ROW:
+                contexts.append({**ids, "context": context, "model_context": context, "rule": "cited" if citations else "model",
+                                 "applicable": None if context is None else context == 2,
+                                 "reference_context": over.get("reference_context", context), "invalid": None, "judge": "j"})
+            if rating != NO_ROW:
+                ratings.append({**ids, "rating": rating, "itercoe": None if rating is None else (rating - 1) / 4,
+                                "edits": None if rating is None else [], "invalid": None,
+                                "reference_rating": over.get("reference_rating", rating), "reference_edits": [], "judge": "j"})
+                distances.append({**ids, **dict.fromkeys(ACTIONS, 0), "n_actions": 0, "ignored_edits": 0, "editdist": dist,
+                                  "editdist_reference": over.get("editdist_reference", 1.0)})
     args = []
     for name, rows, table in [("responses", prepared, "citeeval_prepared"), ("statements", statements, "citeeval_statements"),
                               ("contexts", contexts, "citeeval_contexts"), ("ratings", ratings, "citeeval_itercoe"),
@@ -56,52 +61,120 @@ def score(tmp_path, spec, human=None):
     return got, {n: pq.read_table(p).to_pylist() for n, p in outs.items()}
 
 
+def s_(citations, context, rating=NO_ROW, dist=None, **over):
+    return (citations, context, rating, dist, over)
+
+
 SPEC = {
-    # cited (5, KEEP1), uncited retrieval (2 -> 0.25, Eq. 3 with no action: b), model-knowledge statement (N/A)
-    "mixed": [([1], 2, 5, KEEP1), ([], 2, 2, C["intercept"]), ([], 4, None, None)],
-    "all_na": [([], 1, None, None), ([], 3, None, None)],                      # only non-applicable statements
-    "uncited_only": [([], 2, 3, C["intercept"]), ([], 4, None, None)],        # applicable statements all uncited
-    "failed_rating": [([1], 2, 4, KEEP1), ([2], 2, None, None)],              # a cited statement's ITERCOE failed
-    "failed_context": [([1], 2, 5, KEEP1), ([], None, None, None)],           # an uncited statement's attribution failed
+    # cited (5, KEEP1), uncited retrieval, model-knowledge statement (N/A)
+    "mixed": ([s_([1], 2, 5, KEEP1), s_([], 2), s_([], 4)], {}),
+    "all_na": ([s_([], 1), s_([], 3)], {}),                                     # only non-applicable statements
+    "uncited_only": ([s_([], 2), s_([], 4)], {}),                                # applicable statements all uncited
+    # the strict parse of the ITERCOE answer failed; the public parser read sentence 1's rating 4 and lost sentence 2's
+    "lost_tag": ([s_([1], 2, None, None, reference_rating=4), s_([2], 2, None, None, reference_rating=None)], {}),
+    "failed_call": ([s_([1], 2, NO_ROW), s_([], 4)], {}),                         # the ITERCOE call failed
+    "failed_context": ([s_([1], 2, 5, KEEP1), s_([], NO_ROW)], {}),               # an uncited statement's context call failed
+    # the strict context parse failed; the public parser lost the tag: its default 2
+    "invalid_context": ([s_([1], 2, 5, KEEP1), s_([], None, reference_context=2)], {}),
+    "empty": ([], {}),
+    # the public "no answer" regex matched ("The passages do not mention ... [1]"): rewritten, one N/A statement
+    "no_answer": ([s_([1], 2, 5, KEEP1), s_([], 2)], {"no_answer_reference": True}),
+    "unclosed": ([], {"thinking_unclosed": True}),                               # the public code would rate its thinking text
 }
+A1 = (1.0 + KEEP1) / 2  # strict CiteEval-Auto of a cited statement rated 5 and left alone
 
 
-def test_scenarios_and_edge_cases(tmp_path):
+def test_strict_scenarios_and_edge_cases(tmp_path):
     got, tables = score(tmp_path, SPEC)
-    s = lambda rid, sc, mode="strict": got[(rid, sc, mode)]  # noqa: E731
-    auto_cited = (1.0 + KEEP1) / 2
-    auto_uncited = (0.25 + C["intercept"]) / 2
-    assert s("mixed", "full")["citeeval_auto"] == pytest.approx((auto_cited + auto_uncited) / 2)
-    assert s("mixed", "full")["itercoe"] == pytest.approx((1.0 + 0.25) / 2)
-    assert s("mixed", "cited")["citeeval_auto"] == pytest.approx(auto_cited)
-    assert (s("mixed", "full")["n_statements"], s("mixed", "full")["n_uncited"]) == (3, 2)
-    assert s("mixed", "full")["missing_ratio"] == pytest.approx(2 / 3)
+
+    def s(rid, scenario):
+        r = got[(rid, scenario, "strict")]
+        return r["status"], r["citeeval_auto"], r["statement_weight"]
+
+    # Full: the uncited retrieval statement scores 0 (§2.4), not the judge's rating
+    assert s("mixed", "full") == ("rated", pytest.approx((A1 + 0.0) / 2), 2)
+    assert got[("mixed", "full", "strict")]["itercoe"] == pytest.approx((1.0 + 0.0) / 2)
+    assert s("mixed", "cited") == ("rated", pytest.approx(A1), 1)
+    assert s("uncited_only", "full") == ("rated", 0.0, 1)
+    assert s("uncited_only", "cited") == ("uncited_zero", 0.0, 0)
     for scenario in ("full", "cited"):
-        assert (s("all_na", scenario)["status"], s("all_na", scenario)["citeeval_auto"]) == ("not_applicable", None)
-        assert s("failed_rating", scenario)["status"] == "missing" and s("failed_rating", scenario)["citeeval_auto"] is None
-    assert s("failed_context", "full")["status"] == "missing"  # the uncited statement might have counted
-    assert s("failed_context", "cited")["citeeval_auto"] == pytest.approx(auto_cited)  # it is N/A in Cited anyway
-    assert s("uncited_only", "full")["citeeval_auto"] == pytest.approx((0.5 + C["intercept"]) / 2)
-    assert (s("uncited_only", "cited")["status"], s("uncited_only", "cited")["citeeval_auto"]) == ("uncited_zero", 0.0)
-    # reference-compatible: nothing to rate = 1.0, uncited retrieval = 0.0, failed rating = 1.0, failed context = retrieval
-    assert s("all_na", "full", "reference")["citeeval_auto"] == 1.0
-    assert s("mixed", "full", "reference")["citeeval_auto"] == pytest.approx(((1.0 + 1.0) / 2 + 0.0) / 2)
-    assert s("failed_rating", "cited", "reference")["citeeval_auto"] == pytest.approx(((0.75 + 1.0) / 2 + 1.0) / 2)
-    assert s("failed_context", "full", "reference")["citeeval_auto"] == pytest.approx(((1.0 + 1.0) / 2 + 0.0) / 2)
-    assert s("uncited_only", "cited", "reference")["citeeval_auto"] == 0.0
+        assert s("all_na", scenario) == ("not_applicable", None, 0)
+        assert s("lost_tag", scenario)[:2] == ("missing", None)
+        assert s("failed_call", scenario)[:2] == ("missing", None)
+        assert s("empty", scenario) == ("empty", None, 0)
+        assert s("unclosed", scenario) == ("empty", None, 0)
+    assert s("failed_context", "full")[:2] == ("missing", None)  # the uncited statement might have counted
+    assert s("failed_context", "cited") == ("rated", pytest.approx(A1), 1)  # it is N/A in Cited anyway
+    assert s("invalid_context", "full")[:2] == ("missing", None)
+    assert s("no_answer", "full") == ("rated", pytest.approx(A1 / 2), 2)  # strict does not rewrite
+    r = got[("mixed", "full", "strict")]
+    assert (r["n_statements"], r["n_uncited"], r["missing_ratio"]) == (3, 2, pytest.approx(2 / 3))
+
     summary = {(r["scenario"], r["mode"], r["metric"]): r for r in tables["summary"]}
-    rated = [s(r, "full")["citeeval_auto"] for r in ("mixed", "uncited_only")]
-    assert summary[("full", "strict", "citeeval_auto")]["value"] == pytest.approx(sum(rated) / 2)
-    assert summary[("full", "strict", "responses_missing")]["value"] == 2
-    assert summary[("cited", "strict", "responses_missing")]["value"] == 1
+    # rated in Full: mixed A1/2 (2 counted statements), uncited_only 0 (1), no_answer A1/2 (2)
+    assert summary[("full", "strict", "citeeval_auto")]["value"] == pytest.approx((A1 / 2 + 0.0 + A1 / 2) / 3)
+    assert summary[("full", "strict", "citeeval_auto_statement")]["value"] == pytest.approx((2 * A1 / 2 + 0.0 + 2 * A1 / 2) / 5)
+    assert summary[("full", "strict", "citeeval_auto_statement")]["n"] == 5
+    assert summary[("full", "strict", "responses_missing")]["value"] == 4
+    assert summary[("cited", "strict", "responses_missing")]["value"] == 2
     assert summary[("cited", "strict", "responses_uncited_zero")]["value"] == 1
-    assert summary[("full", "strict", "statements_per_response")]["value"] == pytest.approx((3 + 2 + 2 + 2 + 2) / 5)
+    assert summary[("full", "strict", "responses_empty")]["value"] == 2
+    # |R| over all 10 responses (empty ones 0); M over the 8 with statements
+    assert summary[("full", "strict", "statements_per_response")]["value"] == pytest.approx((3 + 2 + 2 + 2 + 2 + 2 + 2 + 0 + 2 + 0) / 10)
+    assert summary[("full", "strict", "missing_citation_ratio")]["value"] == pytest.approx(
+        (2 / 3 + 1 + 1 + 0 + 1 / 2 + 1 / 2 + 1 / 2 + 1 / 2) / 8)
     assert tables["meta"] == []
+
+
+def test_reference_reproduces_the_public_code(tmp_path):
+    """Per response, the public sentence ratings (rating_utils.rate: None = N/A; ITERCOE (r - 1) / 4
+    of the rating tag, 1.0 for a lost tag; EDITDIST editdist_reference; an uncited statement of
+    context 2 is 0.0), the answer_rating (mean of non-None, 1.0 if none), then
+    evaluate_all_systems.py's statement level: every sentence, None replaced by its response's rating."""
+    got, tables = score(tmp_path, SPEC)
+
+    def s(rid, scenario):
+        r = got[(rid, scenario, "reference")]
+        return r["status"], r["citeeval_auto"], r["statement_weight"]
+
+    # Full, sentence ratings (CiteEval-Auto) -> response rating:
+    #   mixed [1.0, 0.0, None] -> 0.5;  all_na [None, None] -> 1.0;  uncited_only [0.0, None] -> 0.0
+    #   lost_tag [((4-1)/4 + 1.0)/2 = 0.875, (1.0 + 1.0)/2 = 1.0] -> 0.9375;  invalid_context [1.0, 0.0] -> 0.5
+    #   empty [] -> 1.0;  no_answer ["No answer is found." of context 3: None] -> 1.0
+    full = {"mixed": (0.5, 3), "all_na": (1.0, 2), "uncited_only": (0.0, 2), "lost_tag": (0.9375, 2), "invalid_context": (0.5, 2),
+            "empty": (1.0, 0), "no_answer": (1.0, 1)}
+    for rid, (rating, n) in full.items():
+        assert s(rid, "full")[1:] == (pytest.approx(rating), n), rid
+    assert s("lost_tag", "full")[0] == "rated" and s("no_answer", "full")[0] == "no_answer" and s("all_na", "full")[0] == "not_applicable"
+    assert got[("lost_tag", "full", "reference")]["itercoe"] == pytest.approx((0.75 + 1.0) / 2)
+    # a failed call, a failed context call and an unclosed thinking block are not reproduced: missing
+    for rid in ("failed_call", "failed_context", "unclosed"):
+        assert s(rid, "full")[:2] == ("missing", None), rid
+    # Cited: uncited ratings masked; all masked or N/A with one masked -> 0.0
+    #   mixed [1.0, masked, None] -> 1.0;  uncited_only [masked, None] -> 0.0;  invalid_context [1.0, masked] -> 1.0
+    #   failed_context: its cited sentence 1.0, the uncited one N/A in Cited whatever its context -> 1.0
+    assert s("mixed", "cited") == ("rated", 1.0, 3)
+    assert s("uncited_only", "cited") == ("uncited_zero", 0.0, 2)
+    assert s("invalid_context", "cited") == ("rated", 1.0, 2)
+    assert s("failed_context", "cited") == ("rated", 1.0, 2)
+
+    summary = {(r["scenario"], r["mode"], r["metric"]): r for r in tables["summary"]}
+    # response level: the mean of the 7 response ratings; statement level: sum of n_i * r_i over sum of n_i
+    assert summary[("full", "reference", "citeeval_auto")]["value"] == pytest.approx((0.5 + 1.0 + 0.0 + 0.9375 + 0.5 + 1.0 + 1.0) / 7)
+    assert summary[("full", "reference", "citeeval_auto_statement")]["value"] == pytest.approx(
+        (3 * 0.5 + 2 * 1.0 + 2 * 0.0 + 2 * 0.9375 + 2 * 0.5 + 0 * 1.0 + 1 * 1.0) / (3 + 2 + 2 + 2 + 2 + 0 + 1))
+    # |R|: every response (empty 0, rewritten 1); M = 1 - cited share, an empty response's share 0
+    assert summary[("full", "reference", "statements_per_response")]["value"] == pytest.approx(
+        (3 + 2 + 2 + 2 + 2 + 2 + 2 + 0 + 1 + 0) / 10)
+    assert summary[("full", "reference", "missing_citation_ratio")]["value"] == pytest.approx(
+        (2 / 3 + 1 + 1 + 0 + 1 / 2 + 1 / 2 + 1 / 2 + 1 + 1 + 1) / 10)
+    stmt = {r["id"]: r for r in tables["statements"]}
+    assert stmt["mixed/2"]["citeeval_auto_reference"] == 0.0 and stmt["no_answer/1"]["citeeval_auto_reference"] is None
 
 
 def test_meta_evaluation_against_human_ratings(tmp_path):
     model = [5, 4, 2, 1, 3, 5]
-    spec = {f"r{i}": [([1], 2, r, KEEP1 * r / 5), ([2], 2, 6 - r if i % 2 else r, 0.5)] for i, r in enumerate(model)}
+    spec = {f"r{i}": ([s_([1], 2, r, KEEP1 * r / 5), s_([2], 2, 6 - r if i % 2 else r, 0.5)], {}) for i, r in enumerate(model)}
     human = [{"response_id": f"r{i}", "sentence_id": j, "rating": h} for i, (a, b) in enumerate([(5, 4), (4, 4), (1, 2), (2, 1), (3, 3), (5, 5)])
              for j, h in ((1, a), (2, b))]
     got, tables = score(tmp_path, spec, human)

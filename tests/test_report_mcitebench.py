@@ -118,6 +118,8 @@ def test_report_prints_both_scoring_modes_labelled(tmp_path, inputs):
         assert "| small | No Cap., text-only | 10.00 |" in reference_table and "| large | No Cap., text-only | 10.00 |" in reference_table
         overall = text.split(f"## All metrics, overall ({headline} scoring)")[1].split("##")[0]
         assert ("| small | No Cap., text-only | 50.00 | 50.00 | 10.00 |" in overall) == (headline == "reference")
+        rules = text.split("## Which rule each scoring mode follows")[1].split("##")[0]
+        assert "| C-P | per cited sentence the mean relevance over its distinct items" in rules and "repeats kept" in rules
 
 
 def test_rq2_judge_validation_and_judge_swap(tmp_path):

@@ -81,3 +81,30 @@ def test_both_modes_hand_computed(tmp_path, scoring):
 def test_unknown_mode_fails(tmp_path):
     with pytest.raises(SystemExit):
         run(tmp_path, "paper")
+
+
+def test_a_repeated_citation_counts_per_occurrence_in_reference_only(tmp_path):
+    """MCiteBench's extraction lists "[1][1][3]" as ["1", "1", "3"] and judge_entailment.py scores
+    relevance once per listed citation; calculate_citation_source_score.py then averages them.
+    One response "It rises [1][1][3]." (gold [1]); support 2, relevance [1] = 1, [3] = 0:
+      reference: C-R = 2/2 = 1, C-P = (1 + 1 + 0) / 3 = 2/3, C-F1 = 2 * 1 * 2/3 / (1 + 2/3) = 0.8
+      strict:    C-P over the distinct items (1 + 0) / 2 = 1/2, C-F1 = 2 * 1 * 1/2 / (1 + 1/2) = 2/3
+      both:      S-P = |{[1]} & {[1], [3]}| / 2 = 1/2, S-R = 1, S-F1 = 2/3 (sets: the repeat never matters)."""
+    row = response_row("q1", "It rises [1][1][3].", ["[1]"])
+    parsed, (sentence,) = parse_response(row)
+    assert (sentence["citations"], sentence["citations_as_written"]) == (["[1]", "[3]"], ["[1]", "[1]", "[3]"])
+    judgements = [judgement(sentence, "support", 2), judgement(sentence, "relevance", 1, "[1]"), judgement(sentence, "relevance", 0, "[3]")]
+    answers = [{"id": row["id"], "model": "m", "judge": "j", "question_type": "explanation", "rating": 2, "status": "judged"}]
+    tables = dict(zip(NAMES, ("eval_responses", "eval_citations", "eval_sentences", "eval_citation_judgements", "eval_answer_judgements")))
+    for name, data in zip(NAMES, ([row], [parsed], [sentence], judgements, answers)):
+        write_table(tmp_path / f"{name}.parquet", data, tables[name])
+    STAGE.main([*[a for n in NAMES for a in ("--input", f"{n}={tmp_path / (n + '.parquet')}")],
+                "--output", f"scores={tmp_path / 'scores.parquet'}", "--output", f"summary={tmp_path / 'summary.parquet'}"])
+    summary = {(r["scoring"], r["metric"]): r["value"] for r in pq.read_table(tmp_path / "summary.parquet").to_pylist()
+               if r["grouping"] == "overall"}
+    assert summary[("reference", "citation_precision")] == pytest.approx(100 * 2 / 3, abs=1e-3)
+    assert summary[("reference", "citation_f1")] == pytest.approx(80.0, abs=1e-3)
+    assert summary[("strict", "citation_precision")] == pytest.approx(50.0, abs=1e-3)
+    assert summary[("strict", "citation_f1")] == pytest.approx(100 * 2 / 3, abs=1e-3)
+    for mode in ("strict", "reference"):
+        assert summary[(mode, "source_f1")] == pytest.approx(100 * 2 / 3, abs=1e-3)

@@ -9,8 +9,12 @@ image tokens: the same sentence wins either way; stages/core/attribution.py says
 and empty sentences go). img_cap: a vote for the caption's unit is a citation of IMG.
 Seed defaults: k=3, τ=0.16 (Qwen2.5-VL-7B); k=5, τ=0.12 (LLaVA-NeXT-7B).
 
-Input: generations (attr_generations). Output: citations (attr_citations, method attention), one
-row per summary sentence; the generations are the counted items.
+Beside it, as a reported alternative, the "max" ablation of §5.2.1 (Table 4): each token goes to
+the sentence of its single most attended text token, the same τ after (method `attention_max`;
+stages/core/attribution.py). score_attribution scores it like any method.
+
+Input: generations (attr_generations). Output: citations (attr_citations, methods attention and
+attention_max), one row per summary sentence and method; the generations are the counted items.
 Rejects: bad_capture (the stored vectors do not match the source labels). Invariant: each
 generation is written (its sentences) or rejected.
 """
@@ -21,7 +25,8 @@ import numpy as np
 from stages.core.attribution import attribute, every_generation
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
-VERSION = "1"
+VERSION = "2"
+METHODS = {"attention": "majority", "attention_max": "max"}  # method name -> token-to-sentence rule
 
 
 def citation_rows(gen: dict, method: str, cited: list[list[str]], scores: list[float | None]) -> list[dict]:
@@ -39,11 +44,11 @@ def run(ctx):
             pooled = np.asarray(gen["pooled"], dtype=np.float32).reshape(len(gen["pooled"]), -1)
             if pooled.shape[0] != len(gen["token_sentence"]) or (pooled.size and pooled.shape[1] != labels.size):
                 raise Reject("bad_capture", f"pooled {pooled.shape} vs {len(gen['token_sentence'])} tokens x {labels.size} source tokens")
-            cited, scores = attribute(pooled, labels, gen["units"], gen["token_sentence"], len(gen["summary_sentences"]),
-                                      k, tau, gen["mode"])
-            rows = citation_rows(gen, "attention", cited, scores)
-            ctx.stats["sentences_uncited"] += sum(1 for c in cited if not c)
-            ctx.write("citations", rows)
+            for method, aggregation in METHODS.items():
+                cited, scores = attribute(pooled, labels, gen["units"], gen["token_sentence"], len(gen["summary_sentences"]),
+                                          k, tau, gen["mode"], aggregation)
+                ctx.stats[f"sentences_uncited[{method}]"] += sum(1 for c in cited if not c)
+                ctx.write("citations", citation_rows(gen, method, cited, scores))
             ctx.stats["generations_attributed"] += 1
 
 
@@ -52,7 +57,7 @@ STAGE = Stage(
     version=VERSION,
     doc=__doc__,
     inputs={"generations": Input("attr_generations from generate_attributed", table="attr_generations")},
-    outputs={"citations": Output("attr_citations", "one row per summary sentence", counted=False)},
+    outputs={"citations": Output("attr_citations", "one row per summary sentence and method", counted=False)},
     params={
         "k": Param(int, 3, "top-k attended source tokens per generated token", min=1),
         "tau": Param(float, 0.16, "sentence threshold τ: share of a sentence's tokens that must vote for a source", min=0, max=1),

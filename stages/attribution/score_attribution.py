@@ -5,16 +5,24 @@ self) against the reference: text F1 and exact match of the sentence-id sets, im
 (whether IMG is cited agrees with the reference) and joint exact match (sentence ids and IMG) on
 generations with the image as evidence (stages/core/attribution.py: the definitions where the
 seed is silent). Macro F1 is the mean of the per-sentence F1 over all scored sentences of a
-(model, mode, method); EM, image accuracy and joint EM likewise, in percent. Summary quality:
-ROUGE-1 and ROUGE-L F (rouge-score, stemmed) of each generation against the item's reference
-summary, when the item has one. A sentence a method did not attribute (its generation was
-rejected there) counts as citing nothing. Silver references are counted in every row.
+(model, mode, method); EM, image accuracy and joint EM likewise, in percent. The methods are those
+of the citations files: attention (majority voting), attention_max (Table 4's "max" ablation),
+embedding, self. A sentence a method did not attribute (its generation was rejected there) counts
+as citing nothing. Silver references are counted in every row.
+
+Summary quality (Table 3), of each generation against the item's reference summary when the item
+has one: ROUGE-1 and ROUGE-L F (rouge-score, stemmed) and BERTScore F1 (the bert-score package:
+greedy matching of hidden states, no idf, no baseline rescaling). BERTScore needs model weights:
+`bertscore_model` names a local model folder (the seed does not name its model; bert-score's
+English default is roberta-large, whose layer 17 it uses: `bertscore_layers`); empty, the default,
+turns it off and the report says n/a and why.
 
 Inputs: citations (attr_citations, one file per method), references (attr_references),
 generations (attr_generations), source_items (attr_items). Outputs: scores (attr_scores, one row per
 generation and method), summary (attr_summary, not counted), report (Markdown, not counted).
 Invariant: every generation and method is scored (no rejects: a generation without references is
 scored on 0 sentences).
+Params: bertscore_model, bertscore_layers.
 """
 from __future__ import annotations
 
@@ -22,12 +30,14 @@ import collections
 from pathlib import Path
 from statistics import mean
 
-from stages.core.attribution import rouge, sentence_scores
-from stages.core.stage import Input, Output, Stage
+from stages.core.attribution import bertscore_f1, rouge, sentence_scores
+from stages.core.stage import Input, Output, Param, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "1"
+VERSION = "2"
 METRICS = ("text_f1", "text_em", "image_acc", "joint_em")
+QUALITY = ("rouge1", "rougeL", "bertscore_f1")
+BERTSCORE_OFF = "n/a: no local model folder given (score_attribution.bertscore_model)"
 
 
 def score_generation(gen: dict, method: str, predicted: dict[int, list[str]], references: dict[int, dict]) -> tuple[dict, list[dict]]:
@@ -56,32 +66,37 @@ def summarise(groups: dict, rouge_rows: dict) -> list[dict]:
             values = [s[metric] for s in sentences if s[metric] is not None]
             out.append({"model": model, "mode": mode, "method": method, "metric": metric,
                         "value": round(100 * mean(values), 4) if values else None, "n": len(values), "silver": silver})
-        for metric in ("rouge1", "rougeL"):
-            values = [r[metric] for r in rouge_rows.get((model, mode), [])]
+        for metric in QUALITY:
+            values = [r[metric] for r in rouge_rows.get((model, mode), []) if r[metric] is not None]
             out.append({"model": model, "mode": mode, "method": method, "metric": metric,
                         "value": round(mean(values), 4) if values else None, "n": len(values), "silver": 0})
     return out
 
 
-def report(summary: list[dict], stats: collections.Counter) -> str:
+def report(summary: list[dict], stats: collections.Counter, bertscore: str) -> str:
     cells = {(r["model"], r["mode"], r["method"], r["metric"]): r for r in summary}
     keys = sorted({(r["model"], r["mode"], r["method"]) for r in summary})
 
     def fmt(key, metric):
         r = cells.get((*key, metric))
-        return "-" if r is None or r["value"] is None else f"{r['value']:.2f}"
+        if r is None or r["value"] is None:
+            return "n/a" if metric == "bertscore_f1" else "-"
+        return f"{r['value']:.3f}" if metric in QUALITY else f"{r['value']:.2f}"
 
     lines = [
         "# Attribution while generating (cite-while-you-generate)", "",
-        "Table 2's metrics (percent, means over summary sentences with a reference) and Table 3's ROUGE (0-1).",
+        "Table 2's metrics (percent, means over summary sentences with a reference) and Table 3's summary quality "
+        "(ROUGE-1, ROUGE-L, BERTScore-F1; 0-1). Methods: attention = majority voting (Algorithm 1), attention_max = the "
+        "\"max\" ablation of Table 4 (each token to the sentence of its single most attended token), embedding, self.",
+        f"BERTScore: {bertscore}.",
         f"References: {stats['references_file']} gold sentences from the items file, {stats['references_silver']} silver "
         "sentences from the judge (App. E prompt); `silver` counts them per row.", "",
-        "| model | mode | method | sentences | silver | text F1 | text EM | image acc | joint EM | ROUGE-1 | ROUGE-L |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | mode | method | sentences | silver | text F1 | text EM | image acc | joint EM | ROUGE-1 | ROUGE-L | BERTScore-F1 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key in keys:
         n = cells[(*key, "text_f1")]
-        lines.append(f"| {' | '.join(key)} | {n['n']} | {n['silver']} | " + " | ".join(fmt(key, m) for m in (*METRICS, "rouge1", "rougeL")) + " |")
+        lines.append(f"| {' | '.join(key)} | {n['n']} | {n['silver']} | " + " | ".join(fmt(key, m) for m in (*METRICS, *QUALITY)) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -97,11 +112,13 @@ def run(ctx):
     for row in ctx.read_rows("references"):
         references[row["generation_id"]][row["sentence_index"]] = row
         ctx.stats[f"references_{row['origin']}"] += 1
+    ref_summaries = {g["id"]: (items.get(g["item_id"]) or {}).get("reference_summary") for g in gens}
+    bert = bertscores(ctx, [g for g in gens if ref_summaries[g["id"]]], ref_summaries)
     groups: dict[tuple, list[dict]] = collections.defaultdict(list)
     rouge_rows: dict[tuple, list[dict]] = collections.defaultdict(list)
     for gen in gens:
-        ref_summary = (items.get(gen["item_id"]) or {}).get("reference_summary")
-        quality = rouge(gen["summary"], ref_summary) if ref_summary else {"rouge1": None, "rougeL": None}
+        ref_summary = ref_summaries[gen["id"]]
+        quality = {**rouge(gen["summary"], ref_summary), "bertscore_f1": bert.get(gen["id"])} if ref_summary else dict.fromkeys(QUALITY)
         if ref_summary:
             rouge_rows[(gen["model"], gen["mode"])].append(quality)
         for method in sorted(methods):
@@ -111,7 +128,21 @@ def run(ctx):
                 ctx.write("scores", [{**row, **quality}])
     summary = summarise(groups, rouge_rows)
     ctx.write("summary", summary)
-    atomic_write_bytes(Path(ctx.output_path("report")), report(summary, ctx.stats).encode())
+    model = ctx.params["bertscore_model"]
+    said = f"bert-score with {Path(model).name}, layer {ctx.params['bertscore_layers']}" if model else BERTSCORE_OFF
+    atomic_write_bytes(Path(ctx.output_path("report")), report(summary, ctx.stats, said).encode())
+
+
+def bertscores(ctx, gens: list[dict], ref_summaries: dict[str, str]) -> dict[str, float]:
+    """Generation id -> BERTScore F1 against its reference summary; empty when turned off."""
+    model = ctx.params["bertscore_model"]
+    if not model or not gens:
+        return {}
+    if not Path(model, "config.json").is_file():
+        raise StageError(f"bertscore_model {model}: not a local model folder (no config.json)")
+    f1 = bertscore_f1([g["summary"] for g in gens], [ref_summaries[g["id"]] for g in gens], model, ctx.params["bertscore_layers"])
+    ctx.stats["bertscore_pairs"] = len(f1)
+    return dict(zip((g["id"] for g in gens), f1))
 
 
 STAGE = Stage(
@@ -129,7 +160,10 @@ STAGE = Stage(
         "summary": Output("attr_summary", "means per model, mode and method", counted=False),
         "report": Output(None, "report.md: the Table 2/3 layout", counted=False),
     },
-    params={},
+    params={
+        "bertscore_model": Param(str, "", "local model folder for BERTScore-F1 (e.g. a roberta-large checkout); empty: off, reported as n/a"),
+        "bertscore_layers": Param(int, 17, "hidden layer BERTScore reads (bert-score's default for roberta-large: 17)", min=1),
+    },
     run=run,
 )
 

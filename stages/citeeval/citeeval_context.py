@@ -1,26 +1,33 @@
 """Context attribution (citeeval.txt §2.3, §4.1; prompt Table 10): which context each statement comes
-from: 1 query, 2 retrieval, 3 response, 4 model knowledge. Only retrieval statements are applicable
-for citation evaluation (§2.3); the others are N/A.
+from: 1 query, 2 retrieval, 3 response, 4 model knowledge. Only retrieval statements require a
+citation (§2.3); the others are N/A.
 
 One call per response shows every statement, citations removed (§4.1: no bias from the citations,
 and co-references resolve across statements). The answer is XML-tagged as the seed asks: a
-`<category sentence_id="i">` holding 1-4 for every statement i. A category that is missing, empty,
-not 1-4, or given twice with different values makes the whole answer invalid: the client retries
-it, then the statements the answer was needed for are rejected with its raw text; nothing is
-defaulted (CiteEval's public code defaults a missing category to 2, see the score stage's
-reference-compatible mode).
+`<category sentence_id="i">` holding 1-4 for every statement i.
 
-Rules before the model (`rule` column):
+Strict (`context`, `applicable`): a category that is missing, empty, not 1-4, or given twice with
+different values makes the whole answer invalid: the client retries it; if the last answer is
+still invalid, the statements it was needed for keep a null context and the reason with the raw
+text (`invalid`); nothing is defaulted.
+
+Reference (`reference_context`), CiteEval's public parser (context_attributor.py) on the same
+answer text, tag by tag: `<category sentence_id="i">` in its exact form holding digits; a value
+that is not 1-4 is read by its first character, and if that is not 1-4 either, or the sentence
+has no tag, it is 2 (its default category); the last tag of a sentence wins.
+
+Rules before the model (`rule` column), in both modes:
 - `cited`: a statement that carries a citation is retrieval (2), whatever the model says (the
   public implementation does the same: cited statements are always evaluated);
-- `unanswerable`: the single statement "No answer is found" is 3 (Response), Table 10's tie rule;
+- `unanswerable`: the single statement "No answer is found" is 3 (Response), Table 10's tie rule
+  (the public prompt states the same rule);
 - `model`: the model's category. A response whose statements are all decided by the rules makes
   no call.
 
 Inputs: responses (citeeval_prepared), statements (citeeval_statements).
 Outputs: contexts (citeeval_contexts, one row per statement).
-Rejects: invalid_answer (per statement that needed the failed answer; reason and raw text),
-no_response (a statement whose response is not in the input).
+Rejects: failed_call (a statement that needed the model when its call failed or returned no text:
+neither mode has an answer to read), no_response (a statement whose response is not in the input).
 Params: judge (name recorded), llm, max_tokens.
 """
 from __future__ import annotations
@@ -28,14 +35,17 @@ from __future__ import annotations
 import collections
 import re
 
+from stages.core.citeeval import has_text
 from stages.core.llm import LLMClient, LLMRequest
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
-VERSION = "1"
+VERSION = "2"
 PROMPT = "citeeval_context"
 CATEGORIES = {1: "query", 2: "retrieval", 3: "response", 4: "model"}
 _TAG = re.compile(r"<category\s+sentence_id\s*=\s*\"?(\d+)\"?\s*>(.*?)</category>", re.S | re.I)
 _VALUE = re.compile(r"([1-4])(?:\s*[.:)(-]*\s*(?:query|retrieval|response|model)\)?)?\.?", re.I)
+_PUBLIC_TAG = re.compile(r'<category sentence_id="(\d+)">\s*(\d+)\s*</category>')  # the public parser's form
+PUBLIC_DEFAULT = 2
 
 
 def parse_categories(text: str, n: int) -> dict[int, int]:
@@ -53,6 +63,16 @@ def parse_categories(text: str, n: int) -> dict[int, int]:
     if missing:
         raise ValueError(f"no <category sentence_id=...> for sentence(s) {missing}")
     return {i: found[i] for i in range(1, n + 1)}
+
+
+def parse_reference(text: str) -> dict[str, int]:
+    """CiteEval's public reading of an answer, tag by tag: sentence id (a string, as it keys them)
+    -> category; a sentence without a tag is left to the caller's default (2)."""
+    found = {}
+    for sid, value in _PUBLIC_TAG.findall(text):
+        value = value if value in ("1", "2", "3", "4") else value[0]
+        found[sid] = int(value) if value in ("1", "2", "3", "4") else PUBLIC_DEFAULT
+    return found
 
 
 def rule_for(statement: dict) -> int | None:
@@ -80,30 +100,36 @@ def run(ctx):
                 id=rid, prompt=PROMPT,
                 variables={"query": responses[rid]["query"], "passages": responses[rid]["passages"], "sentences": statements},
                 sampling={"max_tokens": params["max_tokens"]} if params["max_tokens"] else None,
-            parse=lambda text, n=n: parse_categories(text, n),
+                parse=lambda text, n=n: parse_categories(text, n),
             ))
     with LLMClient.from_params(params["llm"], stats=ctx.stats) as client:
         answers = dict(zip(asked, client.run(requests, desc="citeeval context")))
     for rid, statements in by_response.items():
         answer = answers.get(rid)
+        answered = answer is not None and has_text(answer)
+        reference = parse_reference(answer.raw) if answered else {}
         for s in statements:
             with ctx.item(s["id"]):
                 if rid not in responses:
                     raise Reject("no_response", f"response {rid} is not in the responses input")
                 fixed = rule_for(s)
+                if fixed is None and not answered:
+                    raise Reject("failed_call", answer.detail)
                 model_category = answer.value[s["sentence_id"]] if answer is not None and answer.ok else None
-                if fixed is None and model_category is None:
-                    raise Reject("invalid_answer", answer.detail)
                 context = fixed if fixed is not None else model_category
                 rule = "model" if fixed is None else ("cited" if s["citations"] else "unanswerable")
-                ctx.stats[f"context_{CATEGORIES[context]}"] += 1
+                reference_context = fixed if fixed is not None else reference.get(str(s["sentence_id"]), PUBLIC_DEFAULT)
+                ctx.stats[f"context_{CATEGORIES[context] if context else 'invalid'}"] += 1
                 ctx.stats[f"rule_{rule}"] += 1
+                ctx.stats["reference_differs"] += context is not None and context != reference_context
                 ctx.write("contexts", [{
                     "id": s["id"], "response_id": rid, "model": s["model"], "sentence_id": s["sentence_id"],
                     "context": context, "model_context": model_category, "rule": rule,
-                    "applicable": context == 2, "judge": params["judge"],
+                    "applicable": None if context is None else context == 2, "reference_context": reference_context,
+                    "invalid": None if context is not None else answer.detail[:2000], "judge": params["judge"],
                 }])
-    ctx.stats["responses_failed"] = sum(1 for a in answers.values() if not a.ok)
+    ctx.stats["responses_failed"] = sum(1 for a in answers.values() if not has_text(a))
+    ctx.stats["responses_strict_invalid"] = sum(1 for a in answers.values() if has_text(a) and not a.ok)
 
 
 STAGE = Stage(

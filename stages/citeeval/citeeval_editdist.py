@@ -10,21 +10,24 @@ Edits that change nothing are ignored and counted (`ignored_edits`): deleting a 
 statement does not have, adding one it already has. Deleting a citation added earlier cancels the
 addition; adding back a deleted original makes it KEEP again.
 
-Strict rating (`editdist`): Eq. 3 as written, r = sum_k d(a_k) |A_k| / |A| + b, with citation ids
-matched as written. A statement with citations and no edit is all KEEP: d(KEEP) + b (1.0030 -
-0.0109 = 0.9921 with the public coefficients); a statement with no citation and no edit has no
-action: the empty sum leaves b.
+Strict rating (`editdist`): Eq. 3 as written, r = sum_k d(a_k) |A_k| / |A| + b, over the strict
+edits (`edits`), citation ids matched as written. A statement with citations and no edit is all
+KEEP: d(KEEP) + b (0.992085 with the public coefficients). Null when the strict parse of the
+judge's answer failed (the statement is then missing in strict).
 
-Reference-compatible rating (`editdist_reference`), CiteEval's public implementation: its original
-citations are keyed one too high (citation k is stored as k + 1), so a DELETE of k removes the
-citation k - 1 if that one was cited and is skipped otherwise, and an ADD of k is skipped when
-k - 1 was cited; a statement the model did not edit, or one left with no action, is 1.0.
+Reference-compatible rating (`editdist_reference`), CiteEval's public implementation over the
+public parser's edits (`reference_edits`, citation ids as the strings written): its original
+citations are keyed one too high (citation k as the string "k+1"), so a DELETE of k removes the
+citation k - 1 if that one was cited and is skipped otherwise, an ADD of k is skipped when k - 1
+was cited, and "07" names no citation; a statement without a parsed edit, or one left with no
+action, is 1.0.
 
-Coefficients: the params (config `citeeval.citeeval_editdist.coefficients`, defaults: the public release's
-fit), or the JSON file citeeval_fit writes (`coefficients` input) when given.
+Coefficients: the params (default: `edit2esitamted_rating` of the public release's
+citeeval_config.json at full precision), or the JSON file citeeval_fit writes (`coefficients`
+input) when given.
 
 Inputs: statements (citeeval_statements), ratings (citeeval_itercoe), coefficients (optional JSON).
-Outputs: distances (citeeval_editdist, one row per rated statement).
+Outputs: distances (citeeval_editdist, one row per rating row).
 Params: coefficients.
 """
 from __future__ import annotations
@@ -34,13 +37,13 @@ import json
 from stages.core.citeeval import ACTIONS, ADD_REASONS, DELETE_REASONS, PUBLIC_COEFFICIENTS, eq3
 from stages.core.stage import Input, Output, Param, Stage, StageError
 
-VERSION = "1"
+VERSION = "2"
 
 
-def final_states(citations: list[int], edits: list[dict], key_offset: int = 0) -> tuple[dict[int, str], int]:
-    """Each citation's action after the edits (citation -> action name), and the ignored edits.
-    `key_offset` 1 keys the original citations as the public implementation does (k -> k + 1)."""
-    state = {c + key_offset: "keep" for c in citations}
+def final_states(originals: list, edits: list[dict]) -> tuple[dict, int]:
+    """Each citation's action after the edits (citation key -> action name), and the ignored
+    edits. Keys are compared as given: ints in strict, the public code's strings in reference."""
+    state = {c: "keep" for c in originals}
     original = set(state)
     ignored = 0
     for edit in edits:
@@ -71,17 +74,18 @@ def action_counts(states: dict[int, str]) -> dict[str, int]:
 
 
 def editdist(citations: list[int], edits: list[dict], coefficients: dict[str, float]) -> tuple[float, dict[str, int], int]:
-    """Strict Eq. 3: (rating, action counts, ignored edits)."""
+    """Strict Eq. 3 over the strict edits: (rating, action counts, ignored edits)."""
     states, ignored = final_states(citations, edits)
     counts = action_counts(states)
     return eq3(counts, coefficients), counts, ignored
 
 
 def editdist_reference(citations: list[int], edits: list[dict], coefficients: dict[str, float]) -> float:
-    """The public implementation's rating: off-by-one citation keys, 1.0 without edits or actions."""
+    """The public implementation's rating over the public parser's edits (string citation ids):
+    originals keyed str(k + 1), 1.0 without edits or actions."""
     if not edits:
         return 1.0
-    states, _ = final_states(citations, edits, key_offset=1)
+    states, _ = final_states([str(c + 1) for c in citations], edits)
     if not states:
         return 1.0
     return eq3(action_counts(states), coefficients)
@@ -108,12 +112,15 @@ def run(ctx):
     for row in ctx.read_rows("ratings"):
         with ctx.item(row["id"]):
             cited = citations[row["id"]]
-            strict, counts, ignored = editdist(cited, row["edits"], coefficients)
-            ctx.stats["ignored_edits"] += ignored
+            counts, strict, ignored = dict.fromkeys(ACTIONS), None, None
+            if row["edits"] is not None:
+                strict, counts, ignored = editdist(cited, row["edits"], coefficients)
+                ctx.stats["ignored_edits"] += ignored
+            ctx.stats["strict_missing"] += strict is None
             ctx.write("distances", [{
                 "id": row["id"], "response_id": row["response_id"], "model": row["model"], "sentence_id": row["sentence_id"],
-                **counts, "n_actions": sum(counts.values()), "ignored_edits": ignored,
-                "editdist": strict, "editdist_reference": editdist_reference(cited, row["edits"], coefficients),
+                **counts, "n_actions": None if strict is None else sum(counts.values()), "ignored_edits": ignored,
+                "editdist": strict, "editdist_reference": editdist_reference(cited, row["reference_edits"], coefficients),
             }])
 
 

@@ -16,6 +16,19 @@ For each response, in this order:
 5. Unanswerable: a response that is the single statement "No answer is found…" is kept as one
    uncited statement flagged `unanswerable`; context attribution gives it 3 (Response) by Table
    10's tie rule, so it is never rated.
+6. Empty: a response with nothing left (no text after the thinking block, or no statement in it)
+   is kept with no statements, flagged `empty`: strict leaves it out of the means (counted),
+   the reference mode rates it as the public code does (citeeval_score).
+
+For the reference-compatible mode (CiteEval's public post-processing, convert_to_citeeval_format.py)
+two flags are kept beside, for responses we split ourselves (a CiteEval file's own sentences are
+read as they are, as the public evaluator reads them):
+- `thinking_unclosed`: a `<thinking>` without `</thinking>`; the public code then keeps the
+  whole text, thinking included, as the response;
+- `no_answer_reference`: the public "no answer" regex (`(no|none|not)`, then within 30
+  characters `information`, `details`, `answer`, `mention(ed)`, `provided`, `source(s)`,
+  `passage(s)` or `found`, case-insensitive) matches the text the public code keeps: it then
+  rewrites the whole response to "No answer is found.".
 
 Inputs (one of them):
 - responses: `citeeval_responses`, the table every evaluation feeds CiteEval-Auto with (README
@@ -31,7 +44,7 @@ Outputs: responses (citeeval_prepared, one row per response), statements (citeev
 not counted), export (the prepared responses in CiteEval's JSON format: importing it again gives
 the same statements).
 Rejects: bad_record (no query or passages, or a malformed sample), duplicate_id (a response id
-seen before), empty_response (nothing left after the thinking block).
+seen before).
 Params: model (model name for a CiteEval file's samples), min_statement_chars, limit.
 """
 from __future__ import annotations
@@ -46,10 +59,12 @@ from stages.core.sentences import line_sentences
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "1"
+VERSION = "2"
 _LEADING = re.compile(r"^\W*?((?:\s*\[\d+\])+)")
 _MARKER = re.compile(r"\s*\[\d+\]")
 _NO_ANSWER = re.compile(r"^\W*no answer (?:is|was|could be) found\b", re.I)
+_PUBLIC_NO_ANSWER = re.compile(
+    r"(?i)\b(no|none|not)\b.{0,30}(\binformation\b|\bdetails\b|\banswer\b|\bmention(ed)?\b|\bprovided\b|\bsources?\b|\bpassages?\b|\bfound)\b")
 
 
 def drop_thinking(text: str) -> tuple[str, bool]:
@@ -61,6 +76,18 @@ def drop_thinking(text: str) -> tuple[str, bool]:
     if opening >= 0:
         return text[:opening].strip(), True
     return text.strip(), False
+
+
+def public_text(text: str) -> str:
+    """What the public post-processing keeps: the text after the first `</thinking>`, or all of
+    it (an unclosed thinking block included)."""
+    text = text.strip()
+    close = text.find("</thinking>")
+    return text[close + len("</thinking>"):].strip() if close >= 0 else text
+
+
+def is_public_no_answer(text: str) -> bool:
+    return bool(_PUBLIC_NO_ANSWER.search(text))
 
 
 def _ids(text: str) -> list[int]:
@@ -101,15 +128,13 @@ def prepare(response: dict, min_chars: int, given: list[dict] | None = None) -> 
     """The citeeval_prepared row and the statement rows of one response. `given`: statements
     already split (a CiteEval file's own), used as they are."""
     passage_ids = {p["id"] for p in response["passages"]}
+    raw = response["response"] or ""
     if given is None:
-        text, thinking = drop_thinking(response["response"] or "")
-        if not text:
-            raise Reject("empty_response", f"nothing left after the thinking block: {(response['response'] or '')[:200]!r}")
+        text, thinking = drop_thinking(raw)
         statements = split_statements(text, min_chars)
-        if not statements:
-            raise Reject("empty_response", f"no statement in {text[:200]!r}")
+        unclosed, no_answer_reference = "</thinking>" not in raw and "<thinking>" in raw, is_public_no_answer(public_text(raw))
     else:
-        text, thinking, statements = response["response"], False, given
+        text, thinking, statements, unclosed, no_answer_reference = raw, False, given, False, False
     unanswerable = is_unanswerable(statements)
     rows, all_dropped = [], []
     for index, statement in enumerate(statements, start=1):
@@ -124,7 +149,8 @@ def prepare(response: dict, min_chars: int, given: list[dict] | None = None) -> 
         "id": response["response_id"], "model": response["model"], "source": response["source"],
         "query": response["query"], "passages": response["passages"], "mode": response["mode"],
         "prediction": text, "thinking_dropped": thinking, "unanswerable": unanswerable,
-        "n_statements": len(rows), "dropped_citations": all_dropped,
+        "n_statements": len(rows), "dropped_citations": all_dropped, "empty": not rows,
+        "thinking_unclosed": unclosed, "no_answer_reference": no_answer_reference,
     }
     return prepared, rows
 
@@ -218,6 +244,9 @@ def run(ctx):
             ctx.stats["dropped_citations"] += len(prepared["dropped_citations"])
             ctx.stats["unanswerable"] += prepared["unanswerable"]
             ctx.stats["thinking_dropped"] += prepared["thinking_dropped"]
+            ctx.stats["empty"] += prepared["empty"]
+            ctx.stats["thinking_unclosed"] += prepared["thinking_unclosed"]
+            ctx.stats["no_answer_reference"] += prepared["no_answer_reference"]
             ctx.write("responses", [prepared])
             ctx.write("statements", statements)
             exported.append(to_citeeval_sample(prepared, statements))

@@ -2,13 +2,15 @@
 Table 3 for the meta-evaluation): markdown and a DuckDB file, written beside the evaluated family's
 own report.
 
-- Main table (strict, cf. Table 4): per model, CiteEval-Auto in the Full and Cited scenarios, |R|
-  (statements per response) and M (share of statements without citation).
-- Components: CiteEval-Auto, ITERCOE and EDITDIST per scenario.
-- Reference-compatible numbers beside the strict ones, labelled, with the list of differences.
-- Coverage: responses, statements, failed judge answers (context, ITERCOE; from the stages'
-  report sidecars), responses by status (rated, not applicable, missing, uncited 0.0), so no mean
-  hides what it left out. "n/a" marks a mean over no response.
+- Main table per mode (cf. Table 4): per model, CiteEval-Auto in the Full and Cited scenarios at
+  statement level and at response level side by side, |R| (statements per response) and M (share
+  of statements without citation). Strict first; the reference-compatible table (CiteEval's public
+  code, whose system score is the statement-level mean) below it, labelled.
+- Components: CiteEval-Auto, ITERCOE and EDITDIST per scenario and level, responses by status.
+- Rules: which rule each mode follows, per metric, and the differences from strict.
+- Coverage: responses, statements, failed judge calls and invalid (strict) answers of the context
+  and ITERCOE stages (from their report sidecars), so no mean hides what it left out. "n/a" marks
+  a mean over nothing.
 - Meta-evaluation, when human ratings were given: Pearson / Spearman / Kendall per level.
 
 Inputs (one file per model each): responses (citeeval_response_scores), statements
@@ -24,22 +26,37 @@ import json
 from pathlib import Path
 
 
+from stages.core.citeeval import STATUSES
 from stages.core.release import check_row_counts, load_parquet, md_table, portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "1"
+VERSION = "2"
 TABLES = ("responses", "statements", "summary", "meta")
 DETAIL = ("contexts", "ratings", "distances")
-DIFFERENCES = [
-    "citation ids: the public code keys a statement's original citations one too high (k as k + 1), so a DELETE of k "
-    "removes k - 1 or nothing and an ADD of k is skipped when k - 1 is cited; strict matches ids as written",
-    "a statement the judge did not edit: public 1.0, strict Eq. 3 = d(KEEP) + b (0.9921 with the public coefficients); "
-    "an uncited statement left alone: public 1.0, strict b",
-    "a cited statement whose ITERCOE answer failed: public 1.0, strict missing (the response is missing)",
-    "a statement whose context answer failed: public retrieval (its default 2), strict missing",
-    "Full: an uncited retrieval statement: public 0.0 without asking, strict rated by the judge",
-    "a response with nothing to rate: public 1.0, strict not applicable (left out of the means)",
+RULES = [  # (metric, strict, reference)
+    ("ITERCOE of a cited statement", "the judge's 1-5 rating as (r - 1) / 4; a malformed answer (any tag) makes the statement missing",
+     "(r - 1) / 4 of its own rating tag read by the public parser (any digits, unclamped); a lost tag gives 1.0"),
+    ("EDITDIST of a cited statement", "Eq. 3 over the strict edits, citation ids as written (no edit: d(KEEP) + b = 0.992)",
+     "the public code: original citations keyed one too high (k as \"k+1\"), no parsed edit 1.0"),
+    ("uncited statement requiring a citation", "Full: 0 (§2.4, penalised), not rated; Cited: N/A",
+     "Full: 0.0; Cited: masked (all masked or N/A, one masked: the response is 0.0)"),
+    ("context of an uncited statement", "the judge's category; an invalid answer makes the response missing (Full)",
+     "the public parser's category, tag by tag; a lost tag is 2 (retrieval)"),
+    ("response with nothing to rate", "not applicable: left out of the means", "1.0"),
+    ("\"no answer\" response", "only the single statement \"No answer is found\": context 3, not applicable",
+     "any response the public regex matches is rewritten to \"No answer is found.\": 1.0, one statement"),
+    ("empty response", "left out of the means (status empty)", "1.0 at response level; no statement at statement level"),
+    ("unclosed <thinking>", "the text from <thinking> on is dropped",
+     "the public code keeps and rates the thinking text: missing here, unless the \"no answer\" regex rewrites it"),
+    ("statements", "blingfire sentences, fragments under min_statement_chars merged, citations out of range or repeated dropped",
+     "the same statements (not reproduced: the public code splits with NLTK and merges a short sentence only when it "
+     "ends a line or carries citations)"),
+    ("failed judge call (no text)", "missing", "missing (the public code would rate an exception string)"),
+    ("system score", "response-level mean over rated responses; statement-level mean over their counted statements beside it",
+     "statement-level mean, an N/A statement standing in with its response's rating (evaluate_all_systems.py default); "
+     "response-level mean beside it"),
+    ("\\|R\\| and M", "over all responses; M over responses with statements", "over all responses; an empty response's M is 1"),
 ]
 
 
@@ -56,17 +73,18 @@ def _summary(con, model: str, scenario: str, mode: str, metric: str):
 def main_table(con, models: list[str], mode: str) -> str:
     rows = []
     for m in models:
-        cells = [m] + [_fmt(_summary(con, m, s, mode, "citeeval_auto")) for s in ("full", "cited")]
+        cells = [m] + [_fmt(_summary(con, m, s, mode, metric)) for s in ("full", "cited") for metric in ("citeeval_auto_statement", "citeeval_auto")]
         cells += [_fmt(_summary(con, m, "full", mode, "statements_per_response")), _fmt(_summary(con, m, "full", mode, "missing_citation_ratio"))]
         rows.append(cells)
-    return md_table(["Model", "Full", "Cited", "\\|R\\|", "M"], rows)
+    return md_table(["Model", "Full, statement level", "Full, response level", "Cited, statement level", "Cited, response level",
+                     "\\|R\\|", "M"], rows)
 
 
 def components(con, models: list[str], mode: str) -> str:
-    rows = [[m, s] + [_fmt(_summary(con, m, s, mode, k)) for k in ("citeeval_auto", "itercoe", "editdist")] +
-            [int(_summary(con, m, s, mode, f"responses_{st}") or 0) for st in ("rated", "not_applicable", "missing", "uncited_zero")]
-            for m in models for s in ("full", "cited")]
-    return md_table(["Model", "Scenario", "CiteEval-Auto", "ITERCOE", "EDITDIST", "rated", "N/A", "missing", "uncited 0.0"], rows)
+    rows = [[m, s, level] + [_fmt(_summary(con, m, s, mode, k + suffix)) for k in ("citeeval_auto", "itercoe", "editdist")] +
+            [int(_summary(con, m, s, mode, f"responses_{st}") or 0) for st in STATUSES]
+            for m in models for s in ("full", "cited") for level, suffix in (("statement", "_statement"), ("response", ""))]
+    return md_table(["Model", "Scenario", "Level", "CiteEval-Auto", "ITERCOE", "EDITDIST", *STATUSES], rows)
 
 
 def _sidecars(ctx, name: str) -> list[dict]:
@@ -88,8 +106,11 @@ def coverage(con, ctx) -> str:
         ctx_report = contexts[i] if i < len(contexts) else {}
         itc_report = ratings[i] if i < len(ratings) else {}
         calls = sum(r.get("stats", {}).get("llm_calls", 0) for r in (ctx_report, itc_report))
-        rows.append([model or Path(path).name, n_resp, n_stmt, ctx_report.get("rejected", "–"), itc_report.get("rejected", "–"), calls])
-    return md_table(["Model", "Responses", "Statements", "Context: statements failed", "ITERCOE: statements failed", "Judge calls"], rows)
+        rows.append([model or Path(path).name, n_resp, n_stmt, ctx_report.get("rejected", "–"),
+                     ctx_report.get("stats", {}).get("context_invalid", "–") if ctx_report else "–",
+                     itc_report.get("rejected", "–"), itc_report.get("stats", {}).get("strict_invalid", "–") if itc_report else "–", calls])
+    return md_table(["Model", "Responses", "Statements", "Context: failed calls (statements)", "Context: invalid answers (statements)",
+                     "ITERCOE: failed calls (statements)", "ITERCOE: invalid answers (statements)", "Judge calls"], rows)
 
 
 def meta_table(con) -> str:
@@ -109,16 +130,18 @@ def run(ctx):
         parts = [
             f"# {ctx.params['title']}",
             "CiteEval-Auto (citeeval.txt §4.2): per statement the mean of ITERCOE (the judge's 1-5 rating as (r - 1) / 4) and "
-            "EDITDIST (Eq. 3 over the judge's edits); per response the mean over its rated statements. Full counts every "
-            "statement attributed to the retrieval context, Cited only the cited ones (§2.4). |R| statements per response, "
-            "M share of statements without citation. Means are over rated responses; failed judge answers make a response "
-            "missing, never 0.",
+            "EDITDIST (Eq. 3 over the judge's edits); per response the mean over the statements the scenario counts. Full counts "
+            "every statement that requires a citation (retrieval context), an uncited one scoring 0; Cited only the cited ones "
+            "(§2.4). Statement level: the mean over statements (each response weighs its statements); response level: the mean "
+            "over responses. |R| statements per response, M share of statements without citation. Strict: failed or invalid "
+            "judge answers make a response missing, never 0.",
             "## Coverage", coverage(con, ctx),
             "## CiteEval-Auto, strict (cf. Table 4)", main_table(con, models, "strict"),
             "## Components and responses by status, strict", components(con, models, "strict"),
-            "## Reference-compatible (CiteEval's public implementation)", main_table(con, models, "reference"),
-            components(con, models, "reference"),
-            "Differences from strict:\n\n" + "\n".join(f"- {d}" for d in DIFFERENCES),
+            "## CiteEval-Auto, reference-compatible (CiteEval's public code; its system score is the statement level)",
+            main_table(con, models, "reference"), components(con, models, "reference"),
+            "## Which rule each mode follows",
+            md_table(["Metric", "Strict", "Reference-compatible"], [list(r) for r in RULES]),
         ]
         if con.execute("select count(*) from meta").fetchone()[0]:
             parts += ["## Meta-evaluation against human ratings (cf. Table 3)", meta_table(con)]

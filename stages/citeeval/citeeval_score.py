@@ -1,34 +1,51 @@
 """CiteEval-Auto ratings per statement and response, Full and Cited scenarios, strict and
-reference-compatible, and the meta-evaluation against human ratings (citeeval.txt §2.4 scenarios,
-§4.2, Table 3 correlations, Table 4 |R| and M).
+reference-compatible, system scores at statement and response level, and the meta-evaluation
+against human ratings (citeeval.txt §2.4 scenarios, §4.2, Table 3 correlations, Table 4 |R| and M).
 
 Statement: CiteEval-Auto = (ITERCOE + EDITDIST) / 2, both on [0, 1] (§4.2 ensemble; ITERCOE's
-(r - 1) / 4, EDITDIST's Eq. 3). Response: the mean over its rated statements. Both components come
-from one ITERCOE answer, so a statement has both or neither; the response rating of each component
-follows the same rules.
+(r - 1) / 4, EDITDIST's Eq. 3). Response: the mean over the statements the scenario counts.
 
-Scenarios (§2.4):
-- Full: the statements applicable for evaluation (context 2, retrieval; every cited statement is)
-  count; an uncited one is rated by the model like any other (ITERCOE may add citations).
-- Cited: only cited statements count; uncited ones are N/A whatever their context.
+Scenarios (§2.4): Full counts every statement that requires a citation (context 2, retrieval;
+every cited statement does), "amongst which the uncited ones are penalized": an uncited one scores
+0 (ITERCOE = EDITDIST = 0, no judge rating asked). Cited counts only cited statements; uncited ones
+are N/A whatever their context.
 
-Edge cases (strict, the main numbers):
-- A response none of whose statements counts and none of whose statements is an uncited
-  retrieval statement (all query/response/model context, e.g. "No answer is found") is N/A in
-  both scenarios: `not_applicable`, no rating, left out of the means and counted.
+Strict (the paper's formula, our documented policies):
+- A response with nothing that counts (all query/response/model context, e.g. "No answer is
+  found") is `not_applicable`: no rating, left out of the means, counted.
 - Cited: a response with no cited statement but with uncited retrieval statements rates 0.0
   (`uncited_zero`): it had citable content and cited none.
-- A counted statement without rating (its ITERCOE answer failed) makes the response `missing`;
-  so does, in Full, an uncited statement without context (its attribution failed: it might have
-  counted), and in Cited only when the response has no cited statement (it decides between N/A
-  and 0.0). No partial means: a failure never raises or lowers a response's rating; missing
-  responses are counted, never scored 0.
+- An `empty` response (no statement left after the thinking block) has no rating, counted.
+- A counted cited statement whose ITERCOE answer failed or was invalid makes the response
+  `missing`; so does, in Full, an uncited statement without context (its attribution failed: it
+  might have counted), and in Cited only when the response has no cited statement (it decides
+  between N/A and 0.0). No partial means: missing responses are counted, never scored 0.
+- System scores: the response-level mean over rated responses, and beside it the statement-level
+  mean over the counted statements of those responses (each response weighs its counted
+  statements; `statement_weight`).
 
-Reference-compatible (`mode` reference), CiteEval's public implementation: a statement without a
-context is retrieval (its default category 2); a counted cited statement without ITERCOE rating
-is 1.0; EDITDIST uses its `editdist_reference` (off-by-one citation keys, no edit = 1.0); in Full
-an uncited retrieval statement is 0.0 without asking the model; a response with nothing to rate is
-1.0, and in Cited one with uncited retrieval statements only is 0.0.
+Reference-compatible (`mode` reference), CiteEval's public code (rating_utils.rate,
+evaluate_all_systems.py), statement by statement:
+- ratings from the public parsers' readings of the same judge answers (citeeval_context,
+  citeeval_itercoe): a cited statement's ITERCOE is (r - 1) / 4 of its rating tag (unclamped), 1.0
+  when its tag was lost; EDITDIST is `editdist_reference`; an uncited statement of context 2 (the
+  public default for a lost tag) is 0.0, any other context N/A;
+- a response is the mean of its non-N/A statements, 1.0 when all are N/A; in Cited, uncited
+  statements are masked, and a response whose statements are all masked or N/A, at least one
+  masked, is 0.0;
+- a response the public "no answer" regex matches is one uncited statement "No answer is found."
+  of context 3 (the prompt's tie rule): 1.0, one statement (`no_answer`);
+- an empty response has no statement and rates 1.0 (`empty`): in the response-level mean, not in
+  the statement-level one;
+- system score: the statement-level mean (the evaluate_all_systems.py default): every statement of
+  every response, an N/A one standing in with its response's rating, i.e. responses weighted by
+  their statement count; the response-level mean (its --response_level) beside it;
+- |R| counts every response (empty ones as 0) and M is 1 minus the mean cited share, an empty
+  response's share being 0.
+Where the public code cannot be followed: a failed judge call (no answer text) never yields a
+rating (`missing`; the public code would rate an exception string), and a response with an
+unclosed `<thinking>` that the regex does not rewrite is `missing` (the public code rates its
+thinking text, which has no statements here).
 
 Statistics per response (Table 4): |R| statements, and the share M of statements without citation.
 
@@ -53,50 +70,101 @@ from statistics import mean
 
 from scipy.stats import kendalltau, pearsonr, spearmanr
 
-from stages.core.citeeval import likert_to_unit
+from stages.core.citeeval import STATUSES, likert_to_unit
 from stages.core.stage import Input, Output, Stage, StageError
 
-VERSION = "1"
+VERSION = "2"
 MEASURES = ("citeeval_auto", "itercoe", "editdist")
 SCENARIOS = ("full", "cited")
 MODES = ("strict", "reference")
 
 
-def statement_values(statement: dict, context: dict | None, rating: dict | None, distance: dict | None, mode: str) -> dict:
-    """One statement's ratings in one mode, and what the scenarios need to know about it."""
-    cited = bool(statement["citations"])
-    category = context["context"] if context else (2 if mode == "reference" else None)
-    applicable = category == 2
-    itercoe = editdist = None
-    if applicable and mode == "reference" and not cited:
-        itercoe = editdist = 0.0  # the public code rates an uncited retrieval statement 0, unasked
-    elif applicable and rating is not None and distance is not None:
-        itercoe, editdist = rating["itercoe"], distance["editdist" if mode == "strict" else "editdist_reference"]
-    elif applicable and mode == "reference":
-        itercoe = editdist = 1.0  # its default for a missing rating
+def _value(cited: bool, requires: bool, undecided: bool, itercoe: float | None, editdist: float | None) -> dict:
     auto = (itercoe + editdist) / 2 if itercoe is not None and editdist is not None else None
-    return {"itercoe": itercoe, "editdist": editdist, "citeeval_auto": auto, "cited": cited, "applicable": applicable,
-            "context": category if context else None, "context_missing": category is None,
-            "uncited_retrieval": applicable and not cited}
+    return {"cited": cited, "requires": requires, "undecided": undecided, "itercoe": itercoe, "editdist": editdist,
+            "citeeval_auto": auto}
 
 
-def response_rating(values: list[dict], scenario: str, mode: str) -> tuple[str, dict]:
-    """(status, {measure: rating}) of one response from its statements' values."""
-    counted = [v for v in values if counts_in(v, scenario)]
-    undecided = any(v["context_missing"] for v in values)  # an uncited statement whose attribution failed
-    if not counted:
-        if scenario == "cited" and any(v["uncited_retrieval"] for v in values):
-            return "uncited_zero", dict.fromkeys(MEASURES, 0.0)
-        if undecided:
-            return "missing", dict.fromkeys(MEASURES)
-        return ("rated", dict.fromkeys(MEASURES, 1.0)) if mode == "reference" else ("not_applicable", dict.fromkeys(MEASURES))
-    if (scenario == "full" and undecided) or any(v["citeeval_auto"] is None for v in counted):
+def strict_statement(statement: dict, context: dict | None, rating: dict | None, distance: dict | None) -> dict:
+    cited = bool(statement["citations"])
+    category = context["context"] if context else None
+    requires = category == 2
+    itercoe = editdist = None
+    if requires and not cited:
+        itercoe = editdist = 0.0  # §2.4 Full: penalised, not rated
+    elif requires and rating and distance and rating["itercoe"] is not None and distance["editdist"] is not None:
+        itercoe, editdist = rating["itercoe"], distance["editdist"]
+    return _value(cited, requires, category is None, itercoe, editdist)
+
+
+def reference_statement(statement: dict, context: dict | None, rating: dict | None, distance: dict | None) -> dict:
+    cited = bool(statement["citations"])
+    if cited:  # always evaluated; a failed call (no row) has no answer to read
+        if rating is None or distance is None:
+            return _value(True, True, False, None, None)
+        r = rating["reference_rating"]
+        return _value(True, True, False, 1.0 if r is None else (r - 1) * 0.25, distance["editdist_reference"])
+    requires = context is not None and context["reference_context"] == 2
+    return _value(False, requires, context is None, 0.0 if requires else None, 0.0 if requires else None)
+
+
+def _rated(counted: list[dict]) -> tuple[str, dict]:
+    if any(v["citeeval_auto"] is None for v in counted):
         return "missing", dict.fromkeys(MEASURES)
     return "rated", {m: mean(v[m] for v in counted) for m in MEASURES}
 
 
+def strict_response(values: list[dict], scenario: str, empty: bool) -> tuple[str, dict, int]:
+    """(status, {measure: rating}, statement weight) of one response in strict mode."""
+    none = dict.fromkeys(MEASURES)
+    if empty:
+        return "empty", none, 0
+    counted = [v for v in values if counts_in(v, scenario)]
+    undecided = any(v["undecided"] for v in values)
+    if not counted:
+        if scenario == "cited" and any(v["requires"] for v in values):
+            return "uncited_zero", dict.fromkeys(MEASURES, 0.0), 0
+        return ("missing" if undecided else "not_applicable"), none, 0
+    if scenario == "full" and undecided:
+        return "missing", none, 0
+    status, rating = _rated(counted)
+    return status, rating, len(counted) if status == "rated" else 0
+
+
+def reference_response(values: list[dict], scenario: str, response: dict) -> tuple[str, dict, int]:
+    """(status, {measure: rating}, statement weight) of one response as the public code rates it."""
+    one = dict.fromkeys(MEASURES, 1.0)
+    if response["no_answer_reference"]:
+        return "no_answer", one, 1
+    if response["thinking_unclosed"]:
+        return "missing", dict.fromkeys(MEASURES), 0
+    if not values:
+        return "empty", one, 0
+    kept = [v for v in values if counts_in(v, scenario)]
+    if kept:
+        if scenario == "full" and any(v["undecided"] for v in values):
+            return "missing", dict.fromkeys(MEASURES), 0
+        status, rating = _rated(kept)
+        return status, rating, len(values) if status == "rated" else 0
+    if any(v["undecided"] for v in values):
+        return "missing", dict.fromkeys(MEASURES), 0
+    if scenario == "cited" and any(v["requires"] for v in values):  # all masked or N/A, at least one masked
+        return "uncited_zero", dict.fromkeys(MEASURES, 0.0), len(values)
+    return "not_applicable", one, len(values)
+
+
 def counts_in(v: dict, scenario: str) -> bool:
-    return v["applicable"] and (scenario == "full" or v["cited"])
+    return v["requires"] and (scenario == "full" or v["cited"])
+
+
+def statistics(values: list[dict], mode: str, response: dict) -> tuple[int, int, float | None]:
+    """|R|, uncited statements and M of one response in one mode."""
+    if mode == "reference" and response["no_answer_reference"]:
+        return 1, 1, 1.0
+    n, uncited = len(values), sum(1 for v in values if not v["cited"])
+    if n == 0:
+        return 0, 0, (1.0 if mode == "reference" else None)  # the public cited share of an empty response is 0
+    return n, uncited, uncited / n
 
 
 def read_human(path: str) -> dict[tuple[str, int], float | None]:
@@ -121,6 +189,23 @@ def correlations(xs: list[float], ys: list[float]) -> dict:
             "kendall": float(kendalltau(xs, ys).statistic), "n": len(xs)}
 
 
+def system_scores(rows: list[dict]) -> list[tuple[str, float | None, int]]:
+    """(metric, value, n) of one model, scenario and mode from its response rows: per measure the
+    response-level mean and the statement-level (weighted) mean, |R|, M and the status counts."""
+    out = []
+    for m in MEASURES:
+        rated = [r for r in rows if r[m] is not None]
+        out.append((m, mean(r[m] for r in rated) if rated else None, len(rated)))
+        weight = sum(r["statement_weight"] for r in rated)
+        out.append((f"{m}_statement", sum(r[m] * r["statement_weight"] for r in rated) / weight if weight else None, weight))
+    out.append(("statements_per_response", mean(r["n_statements"] for r in rows) if rows else None, len(rows)))
+    ratios = [r["missing_ratio"] for r in rows if r["missing_ratio"] is not None]
+    out.append(("missing_citation_ratio", mean(ratios) if ratios else None, len(ratios)))
+    statuses = collections.Counter(r["status"] for r in rows)
+    out += [(f"responses_{status}", float(statuses[status]), len(rows)) for status in STATUSES]
+    return out
+
+
 def run(ctx):
     responses = ctx.read_rows("responses")
     contexts = {c["id"]: c for c in ctx.read_rows("contexts")}
@@ -131,54 +216,53 @@ def run(ctx):
         statements[s["response_id"]].append(s)
     human = read_human(ctx.input_path("human")) if ctx.has_input("human") else {}
     pairs: dict[tuple, tuple[list, list]] = collections.defaultdict(lambda: ([], []))
-    summary: dict[tuple, list] = collections.defaultdict(list)
+    by_group: dict[tuple, list[dict]] = collections.defaultdict(list)
     for response in responses:
         ctx.add_input()
         rows = sorted(statements[response["id"]], key=lambda s: s["sentence_id"])
-        n, uncited = len(rows), sum(1 for s in rows if not s["citations"])
-        values = {mode: [statement_values(s, contexts.get(s["id"]), ratings.get(s["id"]), distances.get(s["id"]), mode) for s in rows]
-                  for mode in MODES}
+        found = [(s, contexts.get(s["id"]), ratings.get(s["id"]), distances.get(s["id"])) for s in rows]
+        values = {"strict": [strict_statement(*f) for f in found], "reference": [reference_statement(*f) for f in found]}
+        # the public code reads a rewritten or unclosed-thinking response as other statements than ours
+        ours = not (response["no_answer_reference"] or response["thinking_unclosed"])
         humans = [human.get((response["id"], s["sentence_id"])) for s in rows]
         for s, strict, reference, h in zip(rows, values["strict"], values["reference"], humans):
             ctx.write("statements", [{
                 "id": s["id"], "response_id": response["id"], "model": response["model"], "sentence_id": s["sentence_id"],
-                "cited": strict["cited"], "context": strict["context"], "applicable": strict["applicable"],
-                **{m: strict[m] for m in MEASURES}, **{f"{m}_reference": reference[m] for m in MEASURES}, "human": h,
+                "cited": strict["cited"], "context": (contexts.get(s["id"]) or {}).get("context"), "applicable": strict["requires"],
+                **{m: strict[m] for m in MEASURES}, **{f"{m}_reference": reference[m] if ours else None for m in MEASURES}, "human": h,
             }])
         for mode in MODES:
+            n, uncited, missing_ratio = statistics(values[mode], mode, response)
             for scenario in SCENARIOS:
-                for v, h in zip(values[mode], humans):
-                    if h is not None and v["citeeval_auto"] is not None and counts_in(v, scenario):
-                        for m in MEASURES:
-                            pairs[("statement", scenario, mode, m)][0].append(v[m])
-                            pairs[("statement", scenario, mode, m)][1].append(h)
-                status, rating = response_rating(values[mode], scenario, mode)
+                if mode == "strict":
+                    status, rating, weight = strict_response(values[mode], scenario, response["empty"])
+                else:
+                    status, rating, weight = reference_response(values[mode], scenario, response)
+                if mode == "strict" or ours:
+                    for v, h in zip(values[mode], humans):
+                        if h is not None and v["citeeval_auto"] is not None and counts_in(v, scenario):
+                            for m in MEASURES:
+                                pairs[("statement", scenario, mode, m)][0].append(v[m])
+                                pairs[("statement", scenario, mode, m)][1].append(h)
                 shown = [h for s, h in zip(rows, humans) if h is not None and (scenario == "full" or s["citations"])]
                 human_rating = mean(shown) if shown else None
                 ctx.stats[f"{scenario}_{mode}_{status}"] += 1
-                ctx.write("responses", [{
+                row = {
                     "id": response["id"], "model": response["model"], "source": response["source"], "shown_as": response["mode"],
-                    "scenario": scenario, "mode": mode, "status": status, **rating, "n_statements": n, "n_uncited": uncited,
-                    "missing_ratio": uncited / n if n else None,
+                    "scenario": scenario, "mode": mode, "status": status, **rating, "statement_weight": weight,
+                    "n_statements": n, "n_uncited": uncited, "missing_ratio": missing_ratio,
                     "n_counted": sum(1 for v in values[mode] if counts_in(v, scenario)), "human": human_rating,
-                }])
-                summary[(scenario, mode)].append((status, rating, n, uncited))
+                }
+                ctx.write("responses", [row])
+                by_group[(scenario, mode)].append(row)
                 if human_rating is not None and rating["citeeval_auto"] is not None:
                     for m in MEASURES:
                         pairs[("response", scenario, mode, m)][0].append(rating[m])
                         pairs[("response", scenario, mode, m)][1].append(human_rating)
     model = responses[0]["model"] if responses else ""
-    for (scenario, mode), rows in summary.items():
-        statuses = collections.Counter(status for status, _, _, _ in rows)
-        figures = {m: [r[m] for _, r, _, _ in rows if r[m] is not None] for m in MEASURES}
-        figures["statements_per_response"] = [n for _, _, n, _ in rows]
-        figures["missing_citation_ratio"] = [u / n for _, _, n, u in rows if n]
-        for metric, values_ in figures.items():
-            ctx.write("summary", [{"model": model, "scenario": scenario, "mode": mode, "metric": metric,
-                                   "value": mean(values_) if values_ else None, "n": len(values_)}])
-        for status in ("rated", "not_applicable", "missing", "uncited_zero"):
-            ctx.write("summary", [{"model": model, "scenario": scenario, "mode": mode, "metric": f"responses_{status}",
-                                   "value": float(statuses[status]), "n": len(rows)}])
+    for (scenario, mode), rows in by_group.items():
+        ctx.write("summary", [{"model": model, "scenario": scenario, "mode": mode, "metric": metric, "value": value, "n": n}
+                              for metric, value, n in system_scores(rows)])
     for (level, scenario, mode, m), (xs, ys) in sorted(pairs.items()):
         ctx.write("meta", [{"model": model, "level": level, "scenario": scenario, "mode": mode, "measure": m, **correlations(xs, ys)}])
 
@@ -205,7 +289,7 @@ STAGE = Stage(
     outputs={
         "responses": Output("citeeval_response_scores", "one row per response, scenario and mode"),
         "statements": Output("citeeval_statement_scores", "one row per statement", counted=False),
-        "summary": Output("citeeval_summary", "means per scenario and mode", counted=False),
+        "summary": Output("citeeval_summary", "system scores per scenario and mode", counted=False),
         "meta": Output("citeeval_meta", "correlations with human ratings", counted=False),
     },
     params={},

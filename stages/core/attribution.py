@@ -1,9 +1,16 @@
-"""Algorithm 1 of cite-while-you-generate.txt (§3.2-3.3) on captured attention, its metrics (§4.2,
-Table 2-3) and the App. E answer format: pure functions, shared by the attribution stages.
+"""Algorithm 1 of cite-while-you-generate.txt (§3.2-3.3) on captured attention, its "max" ablation
+(§5.2.1, Table 4), its metrics (§4.2, Tables 2-3) and the App. E answer format: pure functions,
+shared by the attribution stages.
 
 Evidence units are named by strings: a source sentence by its index ("0", "1", ...), the image by
 "IMG". A generation's `units` list names the unit behind each source label (stages/core/attention.py
 labels every source token with an index into `units`, or IMAGE for the image-token block).
+
+Token-to-sentence rule (`aggregation`): "majority" (Algorithm 1, the method) takes the majority
+sentence of a token's top-k attended text tokens; "max" (§5.2.1's ablation, Table 4) takes the
+sentence of its single most attended text token: the majority over the top 1, whatever k.
+The sentence threshold τ applies to both. The seed's Table 4 prints one "max" figure for every τ
+and nearly one for every k, which its own description does not produce; we follow the description.
 
 Choices where the seed is silent or disagrees with itself:
 - Majority vote ties (two sentences with equally many of the top-k tokens): the sentence whose
@@ -143,10 +150,10 @@ def image_sentence(shares: np.ndarray, token_sentence: list[int], n_sentences: i
 
 
 def attribute(pooled: np.ndarray, labels: np.ndarray, units: list[str], token_sentence: list[int], n_sentences: int,
-              k: int, tau: float, mode: str) -> tuple[list[list[str]], list[float | None]]:
+              k: int, tau: float, mode: str, aggregation: str = "majority") -> tuple[list[list[str]], list[float | None]]:
     """Algorithm 1 for one generation: per summary sentence its cited units ("0".., "IMG"), and
     (IMG_RAW) each sentence's mean image share. In IMG_CAP the caption's unit is already named IMG."""
-    votes = token_votes(pooled, labels, k)
+    votes = token_votes(pooled, labels, 1 if aggregation == "max" else k)
     cited = [[units[lab] for lab in labs] for labs in sentence_citations(votes, token_sentence, n_sentences, tau)]
     means: list[float | None] = [None] * n_sentences
     if mode == "img_raw":
@@ -225,6 +232,17 @@ def rouge(summary: str, reference: str) -> dict:
     scorer = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
     scores = scorer.score(reference, summary)
     return {"rouge1": scores["rouge1"].fmeasure, "rougeL": scores["rougeL"].fmeasure}
+
+
+def bertscore_f1(summaries: list[str], references: list[str], model: str, layers: int) -> list[float]:
+    """BERTScore F1 (Table 3) of each summary against its reference with the bert-score package:
+    greedy matching of the `layers`-th hidden states of a local model folder, no idf weighting, no
+    baseline rescaling (the package's defaults; for roberta-large it uses layer 17)."""
+    from bert_score import BERTScorer
+
+    scorer = BERTScorer(model_type=model, num_layers=layers)
+    _, _, f1 = scorer.score(summaries, references)
+    return [float(v) for v in f1]
 
 
 def normalise(sentence: str) -> str:

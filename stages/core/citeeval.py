@@ -1,6 +1,6 @@
-"""CiteEval-Auto's shared vocabulary (citeeval.txt §3.1, §4.2, Eq. 3): the edit actions, Eq. 3 itself
-and the `[k]` citation marker. Used by the CiteEval stages (editdist, fit, prepare, the MCiteBench
-adapter); no stage imports another.
+"""CiteEval-Auto's shared vocabulary (citeeval.txt §3.1, §4.2, Eq. 3): the edit actions, Eq. 3 itself,
+the `[k]` citation marker and what counts as a judge's answer. Used by the CiteEval stages (context,
+itercoe, editdist, fit, prepare, the MCiteBench adapter); no stage imports another.
 
 Eq. 3 rates a statement from the actions that turn its citations into good ones:
 
@@ -19,11 +19,15 @@ ACTIONS = ("keep", "delete_misleading", "delete_substandard", "delete_redundant"
 DELETE_REASONS = {1: "delete_misleading", 2: "delete_substandard", 3: "delete_redundant"}
 ADD_REASONS = {1: "add_evidence", 2: "add_refinement", 3: "add_credibility"}
 
-# Fitted on CiteBench's metric development set (CiteEval's public release): the config default.
+# Fitted on CiteBench's metric development set: `edit2esitamted_rating` of the public release's
+# src/modules/citeeval_config.json (version citeeval-auto-12272024), at its full precision.
 PUBLIC_COEFFICIENTS = {
-    "keep": 1.0030, "delete_misleading": 0.0694, "delete_substandard": 0.7977, "delete_redundant": 0.5318,
-    "add_evidence": 0.0, "add_refinement": 0.0162, "add_credibility": 0.4340, "intercept": -0.0109,
+    "keep": 1.00298631, "delete_misleading": 0.06935712, "delete_substandard": 0.79767963, "delete_redundant": 0.5318322,
+    "add_evidence": 0.0, "add_refinement": 0.01623296, "add_credibility": 0.43404136, "intercept": -0.010901728784493359,
 }
+
+# A response's status per scenario and mode in citeeval_score (its docstring says when each applies).
+STATUSES = ("rated", "not_applicable", "uncited_zero", "no_answer", "empty", "missing")
 
 CITATION = re.compile(r"\[(\d+)\]")  # the seed's citation regex (App. C.2)
 
@@ -35,6 +39,13 @@ def eq3(counts: dict[str, int], coefficients: dict[str, float]) -> float:
     if total == 0:
         return coefficients["intercept"]
     return sum(coefficients[a] * counts.get(a, 0) / total for a in ACTIONS) + coefficients["intercept"]
+
+
+def has_text(answer) -> bool:
+    """The judge answered with text (valid, or still malformed for the stage's parse after the
+    client's retries: the client's error then starts "malformed: "), as opposed to a failed call,
+    whose `raw` may be an HTTP error body and is never read for a rating."""
+    return answer.ok or (answer.error or "").startswith("malformed: ")
 
 
 def likert_to_unit(rating: int | float) -> float:

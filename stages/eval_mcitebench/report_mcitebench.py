@@ -40,7 +40,7 @@ from stages.core.release import check_row_counts, load_parquet, md_table, portab
 from stages.core.stage import Input, Output, Param, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "2"
+VERSION = "3"
 HEADLINE = [("citation_f1", "C-F1"), ("source_f1", "S-F1"), ("source_em", "S-EM"), ("accuracy", "Acc")]
 MODALITIES = [("figure", "Fig."), ("table", "Tab."), ("text", "Text"), ("mixed", "Mix")]
 TYPE_SOURCE = ["explanation/single", "explanation/multi", "locating/single", "locating/multi"]
@@ -49,11 +49,27 @@ DETAIL = ("citations", "sentences", "citation_judgements", "answer_judgements") 
 
 SCORING_NOTE = {
     "strict": "Strict scoring (ours): a response without citations is kept with citation and source scores 0, "
-              "a failed judge call is missing (never 0), an empty response is rated 0.",
-    "reference": "Reference scoring (MCiteBench's public scorer's aggregation): a response without citations is left out "
-                 "of the citation and source means, a failed citation judge call scores 0, and a failed or empty answer "
-                 "rating counts as its -1 sentinel (-50 in the accuracy mean); \"(k missing)\" counts the responses left out.",
+              "a failed judge call is missing (never 0), an empty response is rated 0, a citation repeated in a sentence "
+              "counts once.",
+    "reference": "Reference scoring (MCiteBench's public scorer): a response without citations is left out "
+                 "of the citation and source means, a failed citation judge call scores 0, a failed or empty answer "
+                 "rating counts as its -1 sentinel (-50 in the accuracy mean), and a citation repeated in a sentence is "
+                 "scored per occurrence; \"(k missing)\" counts the responses left out.",
 }
+RULES = [  # (metric, strict, reference): which rule each mode follows
+    ("C-R", "mean over cited sentences of the support judgement 0 / 0.5 / 1; a failed call makes it missing",
+     "the same mean; a failed call scores 0; a response without citations is left out"),
+    ("C-P", "per cited sentence the mean relevance over its distinct items; a failed call makes it missing",
+     "per cited sentence the mean over its citations as written, repeats kept (\"[1][1][3]\": 3 scores); a failed call 0"),
+    ("C-F1", "harmonic mean of the response's C-R and C-P, averaged over responses; no citation: 0",
+     "the same, over the responses with citations"),
+    ("S-P, S-R, S-F1, S-EM", "the response's citation set against the gold set; no citation: 0",
+     "the same sets; a response without citations is left out"),
+    ("Acc", "rating 0 / 1 / 2 as 0 / 50 / 100; failed call missing; empty response 0 without a call",
+     "the same; a failed call or an empty response is the -1 sentinel: -50"),
+    ("both", "an item that is not in the input scores 0; the grammar reads [k], Figure N, Table N",
+     "the same (the public scorer's GPT extraction may read other strings; it is not rerun)"),
+]
 
 
 def _cell(summary: dict, model: str, grouping: str, grp: str, metric: str) -> str:
@@ -240,6 +256,7 @@ def run(ctx):
             *[part for mode in modes for part in (
                 f"## Main results (cf. Table 2), {mode} scoring{'' if mode == headline else ' (for comparison)'}",
                 SCORING_NOTE[mode], table2(by_mode[mode], models, setting))],
+            "## Which rule each scoring mode follows", md_table(["Metric", "Strict", "Reference"], [list(r) for r in RULES]),
             f"## All metrics, overall ({headline} scoring)", overall(summary, models, setting),
             f"## Scores by evidence modality (cf. Table 4), {headline} scoring", table4(summary, models, setting),
             "## Source identification, multiple choice (cf. Table 3)", table3(con, models),

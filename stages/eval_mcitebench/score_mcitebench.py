@@ -19,7 +19,8 @@ Choices where the seed is silent (and where the reference scorer drops samples):
 - Only sentences that carry citations enter C-R and C-P, as in the seed's sentence-citation pairs.
   A response with no citation at all is NOT dropped: its C-R, C-P and C-F1 are 0 (the task asks
   every sentence to cite) and its S-P, S-R, S-F1 and S-EM are 0.
-- Duplicate citations count once (citations are sets, per sentence and per response).
+- Duplicate citations count once (citations are sets, per sentence and per response); the reference
+  mode scores each occurrence a sentence repeats, as MCiteBench's scorer does.
 - A failed judge call is missing, never 0: the judge stages write no row for it (it is a reject
   with the raw answer), so a response's C-R is missing if any support judgement of its cited
   sentences is absent, its C-P if any relevance judgement is absent, its C-F1 if either is
@@ -49,7 +50,7 @@ from statistics import mean
 from stages.core.mcitebench_metrics import SUPPORT_CREDIT, harmonic, reference_scores, source_scores
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "2"
+VERSION = "3"
 SCORING = ("strict", "reference")
 
 METRICS = [

@@ -12,8 +12,10 @@ grammar (stages.core.refs.citation_refs):
   "Tab. 2", "Tab 2", "Tables 2/3"; sub-figures fold ("Figure 3a" -> Figure 3); a count or a
   measurement after a comma is not a reference ("In Figure 1, 3 of the 5 runs").
 Sections, lines and appendices are not input items and are not citations here.
-Duplicates within a sentence count once. Citations of items that are not among the response's
-input items are kept (listed in `unknown`) and scored as wrong downstream, never dropped.
+Duplicates within a sentence count once (`citations`); `citations_as_written` keeps every
+occurrence in text order ("[1][1][3]" -> [1], [1], [3]), as MCiteBench's extraction does, for the
+reference scoring mode. Citations of items that are not among the response's input items are kept
+(listed in `unknown`) and scored as wrong downstream, never dropped.
 
 Inputs: responses (eval_responses).
 Outputs: citations (eval_citations, one row per response: the response-level citation set),
@@ -30,15 +32,20 @@ from stages.core.refs import citation_brackets, citation_refs
 from stages.core.sentences import answer_sentences
 from stages.core.stage import Input, Output, Stage
 
-VERSION = "2"
+VERSION = "3"
 
 CITED_KINDS = ("index", "figure", "table")
 _LEFTOVER = re.compile(r"^[\s.!?*]*$")
 
 
+def citations_as_written(sentence: str) -> list[str]:
+    """Every citation label of one sentence in text order, repeats kept: "[k]", "Figure N", "Table N"."""
+    return [ref.label for ref in citation_refs(sentence) if ref.kind in CITED_KINDS]
+
+
 def citations_in(sentence: str) -> list[str]:
-    """Distinct citation labels of one sentence in text order: "[k]", "Figure N", "Table N"."""
-    return list(dict.fromkeys(ref.label for ref in citation_refs(sentence) if ref.kind in CITED_KINDS))
+    """Distinct citation labels of one sentence in text order."""
+    return list(dict.fromkeys(citations_as_written(sentence)))
 
 
 def only_markers(sentence: str) -> bool:
@@ -61,7 +68,8 @@ def parse_response(response: dict) -> tuple[dict, list[dict]]:
     known = {item["label"] for item in response["items"]}
     rows, everything = [], []
     for index, sentence in enumerate(split_sentences(response["response"])):
-        cites = citations_in(sentence)
+        written = citations_as_written(sentence)
+        cites = list(dict.fromkeys(written))
         everything += cites
         rows.append({
             "id": content_id("sent", response["id"], index),
@@ -71,6 +79,7 @@ def parse_response(response: dict) -> tuple[dict, list[dict]]:
             "sentence_index": index,
             "sentence": sentence,
             "citations": cites,
+            "citations_as_written": written,
             "unknown": [c for c in cites if c not in known],
         })
     distinct = list(dict.fromkeys(everything))
