@@ -97,7 +97,7 @@ if MV.get("enabled", False) and (MV.get("release") or config.get("mavis", {}).ge
     rule mavis_judge:
         input:
             stage=stage_code("mavis_judge"),
-            prompts=prompt_files("mavis_eval_completeness", "mavis_eval_relevance", "mavis_eval_support"),
+            prompts=prompt_files("mavis_eval_completeness", "mavis_eval_relevance", "mavis_eval_relevance_answer", "mavis_eval_support"),
             responses=rules.mavis_generate_answers.output.responses,
             release=_mavis_release(),
         output:
