@@ -174,3 +174,23 @@ def test_top_k_breaks_ties_by_document_id_within_the_setting():
     assert top_k(scores, np.arange(5), 3) == [1, 4, 0]
     assert top_k(scores, np.array([0, 2, 3]), 2) == [0, 2]  # e.g. the image documents only
     assert top_k(scores, np.array([], dtype=int), 2) == []
+
+
+def test_mauve_inputs_of_each_scoring():
+    from stages.eval_mavis.mavis_score import mauve_inputs
+
+    long_gold = "Prune in late winter. " * 30  # 660 characters
+    docs = [{"number": 1, "modality": "text"}]
+
+    def response(answer, gold=long_gold, text=1, image=1, error=None, documents=docs):
+        return {"question": "When to prune?", "gold_answer": gold, "answer": answer, "raw": answer, "error": error, "documents": documents,
+                "positive_text_documents": text, "positive_image_documents": image}
+    group = [response("Prune in winter [1]."), response("The document says winter [1]."), response("Winter.", gold="Winter."),
+             response("Winter [1].", image=0), response("", error="backend: HTTP 500 from x"), response("Winter.", documents=[])]
+    gold, model = mauve_inputs(group, "reference")
+    # fluency.py keeps instances with a text and an image gold document, retrieved documents and a gold answer over
+    # 500 characters: responses 0, 1 and 4; their model texts "Q A", less those with "document" or "Error"
+    assert gold == [mauve_text("When to prune?", long_gold)] * 3
+    assert model == ["When to prune? Prune in winter."]
+    gold, model = mauve_inputs(group, "strict")  # every answered response, no question prefix; the failed one has no text
+    assert len(gold) == len(model) == 5 and model[0] == "Prune in winter."

@@ -71,6 +71,13 @@ def test_report_tables_coverage_and_db(tmp_path):
     # alpha's responses carry the generation stage's report sidecar; beta's has none (its model is read from the file name)
     (tmp_path / "alpha" / "alpha.parquet.report.json").write_text(json.dumps(
         {"params": {"model": "alpha"}, "rows_in": 4, "rejected": 1, "rejected_by_reason": {"missing_image": 1}}))
+    # Table 3 and Table 6 from their stages
+    write_table(tmp_path / "retrieval.parquet", [{"model": "alpha", "retriever": "minilm:x", "split": "all", "instances": 2, "ndcg_k": 10,
+                                                  "ndcg": 0.25, "recall_k": 100, "recall": 0.75}], "mavis_eval_retrieval_summary")
+    write_table(tmp_path / "agreement.parquet", [{"judge": "j", "metric": "recall", "level": "answer", "n": 2, "pearson": 0.9},
+                                                  {"judge": "j", "metric": "relevance", "level": "item", "n": 1, "pearson": None}],
+                "mavis_eval_judge_agreement")
+    args += [f"--input=retrieval={tmp_path / 'retrieval.parquet'}", f"--input=agreement={tmp_path / 'agreement.parquet'}"]
     out = {name: tmp_path / "out" / name for name in ("report.md", "groundedness.png", "utilisation.png", "evaluation.duckdb")}
     run_stage("report_mavis", *args, f"--output=report={out['report.md']}", f"--output=groundedness_plot={out['groundedness.png']}",
               f"--output=utilisation_plot={out['utilisation.png']}", f"--output=db={out['evaluation.duckdb']}", "--params", '{"title": "T"}')
@@ -84,6 +91,8 @@ def test_report_tables_coverage_and_db(tmp_path):
     assert "| beta | + Multi-RAG | CoT | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |" in text  # no reference rows for beta
     assert "| beta | Multi-RAG | CoT | 40.0 | n/a | 50.0 | 0.0 |" in text  # by modality, strict
     assert "Fluency: MiniLM features" in text
+    assert "| minilm:x | alpha | all | 2 | 0.2500 (k=10) | 0.7500 (k=100) |" in text  # Table 3
+    assert "| j | recall | answer | 2 | 0.900 |" in text and "| j | relevance | item | 1 | n/a |" in text  # Table 6
     con = duckdb.connect(str(out["evaluation.duckdb"]), read_only=True)
     for name in tables["alpha"]:
         assert con.execute(f"select count(*) from {name}").fetchone()[0] == len(tables["alpha"][name]) + len(tables["beta"][name])

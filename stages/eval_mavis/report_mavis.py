@@ -10,9 +10,14 @@ out like the seed's main table, two plots and a DuckDB file with every evaluatio
 - Coverage: per model the instances, responses, failed generations by reason (responses with an
   `error`), rejected answers (the responses' report sidecar), failed judge calls, and the answers
   whose metrics are missing.
+- Retrieval quality (cf. Table 3, optional input `retrieval`: mavis_retrieval_quality's summary):
+  NDCG@10 and Recall@100 per retriever, model and split.
+- Judge validation (cf. Table 6, optional input `agreement`: mavis_validate_judge's): Pearson r of
+  the judge against human labels per metric, per answer and per judgement.
 Every number is read from the score stage's summary; "n/a" marks a metric missing everywhere.
 
-Inputs: queries, retrieved, responses, sentences, judgements, scores, summary (one file per model each).
+Inputs: queries, retrieved, responses, sentences, judgements, scores, summary (one file per model
+each); retrieval, agreement (optional).
 Outputs: report (markdown), groundedness_plot, utilisation_plot (PNG), db (DuckDB file: one table per
 input name, plus coverage). Invariant: each input table's rows are in the DuckDB file (checked on the
 written file before it is moved into place); the stage writes no table (0 = 0).
@@ -31,6 +36,7 @@ from stages.core.tables import atomic_write_bytes
 
 VERSION = "2"
 TABLES = ("queries", "retrieved", "responses", "sentences", "judgements", "scores", "summary")
+OPTIONAL = {"retrieval": "mavis_eval_retrieval_summary", "agreement": "mavis_eval_judge_agreement"}
 SETTING_NAMES = {"text": "Text-RAG", "image": "Image-RAG", "multi": "Multi-RAG"}
 METHOD_NAMES = {"vanilla": "Vanilla", "cot": "CoT", "vanilla_ke": "Vanilla + KE", "cot_ke": "CoT + KE"}
 PERCENT = [("informativeness_f1", "Inf. F1"), ("completeness", "Complete"), ("relevance", "Relevant"),
@@ -109,11 +115,36 @@ def coverage_rows(con, responses_paths: list[str]) -> list[tuple]:
     return rows
 
 
+def extra_sections(ctx) -> list[str]:
+    """Table 3 and Table 6, when their stages' outputs are given."""
+    parts = []
+    if ctx.has_input("retrieval"):
+        rows = sorted(ctx.read_rows("retrieval"), key=lambda r: (r["retriever"], r["model"], r["split"]))
+        parts += ["## Retrieval quality (cf. Table 3)",
+                  "Each retriever ranks the whole release database for an instance (its queries' mean embedding) against the "
+                  "documents `fact_documents` marks entailed for its facts; means over the instances with gold documents.",
+                  md_table(["Retriever", "Queries of", "Split", "Instances", "NDCG@k", "Recall@k"],
+                           [[r["retriever"], r["model"], r["split"], r["instances"], f"{r['ndcg']:.4f} (k={r['ndcg_k']})",
+                             f"{r['recall']:.4f} (k={r['recall_k']})"] for r in rows])]
+    if ctx.has_input("agreement"):
+        rows = sorted(ctx.read_rows("agreement"), key=lambda r: (r["judge"], r["metric"], r["level"]))
+        parts += ["## Judge validation (cf. Table 6)",
+                  "Pearson r between the judge's and the human scores (annotators of one judgement averaged): `answer` per answer "
+                  "(the metric's mean over its labelled judgements, as Table 6), `item` per labelled judgement.",
+                  md_table(["Judge", "Metric", "Level", "n", "Pearson r"],
+                           [[r["judge"], r["metric"], r["level"], r["n"], "n/a" if r["pearson"] is None else f"{r['pearson']:.3f}"]
+                            for r in rows])]
+    return parts
+
+
 def run(ctx):
     loaded: dict[str, int] = {}
     with portable_duckdb_file(ctx.output_path("db"), check=lambda tmp: check_row_counts(tmp, loaded)) as con:
         for name in TABLES:
             loaded[name] = ctx.stats[f"{name}_rows"] = load_parquet(con, name, ctx.input_paths(name))
+        for name in OPTIONAL:
+            if ctx.has_input(name):
+                loaded[name] = ctx.stats[f"{name}_rows"] = load_parquet(con, name, ctx.input_paths(name))
         con.execute("create table coverage (model varchar, instances_with_queries bigint, answers_asked bigint, responses bigint, "
                     "failed_generations bigint, failed_by_reason json, rejected bigint, truncated bigint, failed_judge_calls bigint, "
                     "answers_with_missing_f1 bigint, retriever varchar, vision boolean)")
@@ -144,6 +175,7 @@ def run(ctx):
             modality_table(summary, combos, "strict"),
             f"![groundedness by modality]({Path(ctx.output_path('groundedness_plot')).name})",
             f"![utilisation by modality]({Path(ctx.output_path('utilisation_plot')).name})",
+            *extra_sections(ctx),
         ]) + "\n"
         plot(summary, combos, ("precision_text", "precision_image"), "Groundedness (precision) by document modality",
              "precision (0-100)", ctx.output_path("groundedness_plot"))
@@ -156,7 +188,9 @@ STAGE = Stage(
     name="report_mavis",
     version=VERSION,
     doc=__doc__,
-    inputs={name: Input(f"mavis_eval_{name}, one file per model", many=True, table=f"mavis_eval_{name}") for name in TABLES},
+    inputs={**{name: Input(f"mavis_eval_{name}, one file per model", many=True, table=f"mavis_eval_{name}") for name in TABLES},
+            "retrieval": Input("mavis_eval_retrieval_summary from mavis_retrieval_quality (Table 3)", optional=True, table=OPTIONAL["retrieval"]),
+            "agreement": Input("mavis_eval_judge_agreement from mavis_validate_judge (Table 6)", optional=True, table=OPTIONAL["agreement"])},
     outputs={
         "report": Output(None, "markdown report"),
         "groundedness_plot": Output(None, "PNG: precision by document modality (Figure 4)"),
