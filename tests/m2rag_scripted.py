@@ -49,7 +49,8 @@ def rule(text: str, has_image: bool) -> str:
 
 
 @contextmanager
-def scripted_server():
+def scripted_server(override=None):
+    """`override(text)`: (HTTP status, body) to answer instead of `rule`, or None to let the rule answer."""
     seen: list[dict] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -62,9 +63,11 @@ def scripted_server():
             text = content if isinstance(content, str) else "".join(p["text"] for p in content if p["type"] == "text")
             seen.append(body)
             has_image = not isinstance(content, str) and any(p["type"] == "image_url" for p in content)
-            data = json.dumps({"choices": [{"message": {"content": rule(text, has_image)}, "finish_reason": "stop"}],
-                               "usage": {"prompt_tokens": 100, "completion_tokens": 10}}).encode()
-            self.send_response(200)
+            status, data = (override and override(text)) or (200, json.dumps({
+                "choices": [{"message": {"content": rule(text, has_image)}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 10}}))
+            data = data.encode()
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -96,10 +99,12 @@ def generate_single_stage(folder: Path) -> tuple[Path, list[dict]]:
         return responses, list(seen)
 
 
-def judge(folder: Path, responses: Path) -> tuple[Path, list[dict]]:
-    """m2rag_judge on those responses (2 attempts: the off-scale relevance score fails twice)."""
-    judgements = folder / "judgements.parquet"
-    with scripted_server() as (url, seen):
+def judge(folder: Path, responses: Path, override=None, name: str = "judgements") -> tuple[Path, list[dict]]:
+    """m2rag_judge on those responses (2 attempts: the off-scale relevance score fails twice);
+    `override` as in `scripted_server`, with its own cache."""
+    judgements = folder / f"{name}.parquet"
+    cache = {"path": str(folder / f"{name}.llm.sqlite"), "mode": "use"}
+    with scripted_server(override) as (url, seen):
         run_stage("m2rag_judge", "--input", f"responses={responses}", "--output", f"judgements={judgements}",
-                  "--params", json.dumps({"judge": "scripted", "llm": scripted_llm(folder, url, max_attempts=2)}))
+                  "--params", json.dumps({"judge": "scripted", "llm": scripted_llm(folder, url, max_attempts=2, cache=cache)}))
         return judgements, list(seen)

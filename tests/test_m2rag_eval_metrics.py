@@ -1,15 +1,16 @@
 """Hand-computed cases for the M2RAG evaluation arithmetic (stages/core/m2rag_eval.py): score
-normalisation, RAGAS context precision and faithfulness, image recall both ways, placeholders,
-answers without images, failed judge calls, the strict and reference-compatible aggregations,
-and App. E input selection on the fixture release."""
+normalisation (clamped as the public evaluator), RAGAS context precision and faithfulness, image
+recall both ways, placeholders, answers without images, failed judge calls (never a score), the
+strict and reference-compatible aggregations, evaluate.py's average lines, Figure 3's per-topic
+overall, and App. E input selection on the fixture release."""
 from __future__ import annotations
 
 import pytest
 
 from m2rag_eval_fixtures import make_m2rag_release
-from stages.core.m2rag_eval import (Selection, aggregate, context_precision, document_with_captions, faithfulness, image_contexts,
-                                    image_recall_count, image_recall_judge, last_integer, normalise, read_release, resolve_placeholders,
-                                    response_scores, select_inputs, strip_placeholders)
+from stages.core.m2rag_eval import (Selection, aggregate, by_topic, context_precision, document_with_captions, faithfulness,
+                                    image_contexts, image_recall_count, image_recall_judge, normalise, read_release, reference_score,
+                                    resolve_placeholders, response_scores, select_inputs, strip_placeholders)
 
 
 def test_normalise():
@@ -17,6 +18,8 @@ def test_normalise():
     assert normalise(0, 10) == 0.0 and normalise(10, 10) == 1.0
     assert normalise(1, 1) == 1.0
     assert normalise(None, 10) is None  # a failed call stays missing
+    # the public evaluator: normed_score = max(lower, min(upper, score)) / upper
+    assert normalise(12, 10) == 1.0 and normalise(11, 10) == 1.0 and normalise(-3, 10) == 0.0
 
 
 def test_context_precision_by_hand():
@@ -26,7 +29,7 @@ def test_context_precision_by_hand():
     assert context_precision([0, 1, 1]) == pytest.approx(7 / 12)
     assert context_precision([1, 1]) == 1.0
     assert context_precision([0, 0, 0]) == 0.0  # RAGAS: numerator 0 over 0 + 1e-10
-    assert context_precision([]) is None
+    assert context_precision([]) == 0.0  # no context: RAGAS's empty sum 0 over 1e-10
 
 
 def test_faithfulness_by_hand():
@@ -42,7 +45,8 @@ def test_image_recall_both_ways():
     assert image_recall_judge(set(), {2: 0}) is None  # nothing used, nothing wanted
     # the public code: inputs scored >= 8 are {1, 2}; the answer used 1 and 3 -> 1/2
     assert image_recall_count({1, 3}, {1: 9.0, 2: 8.0, 3: 5.0}) == 0.5
-    assert image_recall_count({3}, {1: 7.9, 3: 5.0}) is None  # no input image scored >= 8
+    # no input image scored >= 8: evaluate.py's `multi_modal_scores["image_recall"] = [1.0]`
+    assert image_recall_count({3}, {1: 7.9, 3: 5.0}) == 1.0 and image_recall_count(set(), {}) == 1.0
 
 
 def test_placeholders_and_no_image():
@@ -59,15 +63,19 @@ def test_placeholders_and_no_image():
     assert resolve_placeholders("No images here.", 3) == ([], [])
 
 
-def test_last_integer_is_the_public_parser():
-    assert last_integer("Good.\n8/10") == 10
-    assert last_integer("score 7.5") == 5
-    assert last_integer('{"explanation": "fine", "score": 8}') == 8
-    assert last_integer("no number") is None
+def test_reference_score_reads_the_json_field_and_never_an_error_body():
+    judged = {"status": "judged", "score": 7.0, "raw": '{"explanation": "8/10 overall", "score": 7}', "error": None}
+    assert reference_score(judged, 10) == 0.7  # the field, not the last integer of the text (10)
+    refused = {"status": "failed", "score": None, "raw": '{"explanation": "8/10", "score": 11}', "error": "schema: 11 is greater than the maximum of 10"}
+    assert reference_score(refused, 10) == 1.0  # the judge's number, clamped: max(0, min(10, 11)) / 10
+    body = '{"error": {"message": "maximum context length is 128000 tokens; your messages resulted in 130512 tokens"}}'
+    assert reference_score({"status": "failed", "score": None, "raw": body, "error": "backend: HTTP 400 from x"}, 10) is None
+    assert reference_score({"status": "failed", "score": None, "raw": "Good. 8/10", "error": "non_json: Expecting value"}, 10) is None
+    assert reference_score({"status": "failed", "score": None, "raw": '{"score": "high"}', "error": "schema: 'high' is not of type 'integer'"}, 10) is None
 
 
-def _judgement(metric, position, score, status="judged", raw=None):
-    return {"metric": metric, "position": position, "score": score, "status": status,
+def _judgement(metric, position, score, status="judged", raw=None, error=None):
+    return {"metric": metric, "position": position, "score": score, "status": status, "error": error,
             "raw": raw if raw is not None else f'{{"score": {int(score) if score is not None else "?"}}}'}
 
 
@@ -77,20 +85,48 @@ def _response(used, inputs):
 
 def test_response_scores_strict_and_reference():
     response = _response([1], {1: 9.0, 2: 8.0})
-    rows = [_judgement("fluency", 0, 8), _judgement("relevance", 0, None, "failed", raw="Relevant.\n8/10"),
+    rows = [_judgement("fluency", 0, None, "failed", raw='{"explanation": "x", "score": 12}', error="schema: 12 is greater than the maximum of 10"),
+            _judgement("relevance", 0, None, "failed", raw="Error: 130512 tokens", error="backend: HTTP 400 from x"),
             _judgement("context_precision", 0, 1), _judgement("context_precision", 1, 0), _judgement("context_precision", 2, 1),
-            _judgement("faithfulness", 0, None, "failed", raw="not json"),
-            _judgement("image_coherence", 0, 6), _judgement("image_helpfulness", 0, 4), _judgement("image_reference", 0, None, "failed", raw="?"),
+            _judgement("faithfulness", 0, None, "failed", raw="not json", error="non_json: Expecting value"),
+            _judgement("image_coherence", 0, 6), _judgement("image_helpfulness", 0, 4),
+            _judgement("image_reference", 0, None, "failed", raw="?", error="non_json: Expecting value"),
             _judgement("image_recall", 2, 1)]
     s = response_scores(response, rows)
     strict, ref = s["strict"], s["reference"]
-    assert strict["fluency"] == 0.8 and strict["relevance"] is None  # a failed call is missing, never 0
-    assert ref["relevance"] == 1.0  # the public code reads "8/10" as 10
+    assert strict["fluency"] is None and strict["relevance"] is None  # a failed call is missing, never 0
+    assert ref["fluency"] == 1.0  # the judge's 12, clamped to 10
+    assert ref["relevance"] is None  # the error body's numbers are never a score
     assert strict["context_precision"] == pytest.approx(5 / 6) == ref["context_precision"]
-    assert strict["faithfulness"] is None and ref["faithfulness"] == 1.0  # RAGAS failure: 1.0 in the public code
+    assert strict["faithfulness"] is None and ref["faithfulness"] is None  # a failed RAGAS call: no score in either mode
     assert strict["image_coherence"] == [0.6] and strict["image_reference"] == [None] and ref["image_reference"] == [None]
     assert strict["image_recall"] == 0.5  # used 1; unused 2 wanted -> 1 / 2
     assert strict["image_recall_count"] == 0.5 == ref["image_recall"]  # 1 of the two inputs scored >= 8
+
+
+def test_no_context_no_statement_and_no_positive_image():
+    # no context rows: RAGAS context precision 0 in both modes; statements call answered with none:
+    # faithfulness NaN -> strict missing, reference 1.0 (the public clamp: max(0, min(1, nan)) = 1)
+    response = _response([], {1: 5.0})
+    s = response_scores(response, [_judgement("fluency", 0, 7), _judgement("relevance", 0, 9)])
+    assert s["strict"]["context_precision"] == 0.0 == s["reference"]["context_precision"]
+    assert s["strict"]["faithfulness"] is None and s["reference"]["faithfulness"] == 1.0
+    # no input image scored >= 8: the public recall is [1.0] for the query, so the query stays in the mean
+    assert s["reference"]["image_recall"] == 1.0
+    agg = aggregate([s, response_scores(_response([1], {1: 9.0}), [])], "reference")
+    assert agg["image_recall"] == pytest.approx((1.0 + 1.0) / 2) and agg["image_recall_missing"] == 0
+
+
+def test_by_topic_is_figure_3():
+    def scored(value):  # every metric `value`, one output image
+        one = {m: value for m in ("fluency", "relevance", "context_precision", "faithfulness", "image_recall", "image_recall_count")}
+        return {"strict": {**one, "image_coherence": [value], "image_helpfulness": [value], "image_reference": [value]}}
+    systems = {("a", "single_stage"): [("Sports", scored(0.8)), ("Sports", scored(0.4)), ("Health", scored(1.0))],
+               ("b", "single_stage"): [("Sports", scored(0.2))]}
+    got = by_topic(systems, "strict")
+    # Sports: system a's overall over its two queries is 0.6, system b's 0.2; Figure 3 averages them: 0.4
+    assert got["Sports"]["systems"] == {("a", "single_stage"): pytest.approx(0.6), ("b", "single_stage"): pytest.approx(0.2)}
+    assert got["Sports"]["average"] == pytest.approx(0.4) and got["Health"]["average"] == pytest.approx(1.0)
 
 
 def test_aggregate_means_and_overall():
@@ -116,6 +152,7 @@ def test_overall_without_output_images():
     assert strict["overall"] == pytest.approx((0.8 + 0.8 + 0.5 + 1.0 + 0.0) / 5)
     ref = aggregate([{"reference": dict(text_only, image_recall=0.0)}], "reference")
     assert ref["overall"] is None  # the public code's NaN
+    assert ref["image_precision_average"] is None and ref["text_average"] == pytest.approx((0.8 + 0.8 + 0.5 + 1.0) / 4)
 
 
 @pytest.mark.parametrize("aux,captions", [(True, True), (False, False)])

@@ -15,6 +15,7 @@ def test_judgements_per_metric_with_a_failed_score(m2rag_judgements):
     assert by[("fluency", 0)]["score"] == 8
     relevance = by[("relevance", 0)]
     assert relevance["status"] == "failed" and relevance["score"] is None and '"score": 11' in relevance["raw"]
+    assert relevance["error"].startswith("schema:") and by[("fluency", 0)]["error"] is None  # why it failed, for the reference reading
     rejects = pq.read_table(f"{judgements}.rejects.parquet").to_pylist()
     assert [r["reason"] for r in rejects] == ["invalid_answer"] and "raw:" in rejects[0]["detail"]
     # the fan-out invariant: every planned judgement is a row, the failed ones also rejects

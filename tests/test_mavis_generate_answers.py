@@ -1,10 +1,12 @@
 """mavis_generate_answers through its CLI (mavis.txt §3.1 step 3, §5.2, App. C.2 Tables 16-18) on the
 tiny fixture release and hand-written retrieval lists, the candidate a local OpenAI-compatible
 server on 127.0.0.1 answering by rule: documents numbered from 1 in (query, rank) order with repeats
-once; CoT's <thinking> block removed from the scored answer and kept in the raw one; +KE answers
-written from the Table 18 extractions; a text-only model reads an image document through its text
-stand-in; a failed answer is rejected invalid_answer, a failed extraction extraction_failed; the
-(instance, setting, method) items in = responses + rejected."""
+once; a <thinking> block removed from the scored answer of every method (the seed's generation
+strips it for Vanilla too) and kept in the raw one; +KE answers written from the Table 18
+extractions; a text-only model reads an image document through its text stand-in; a failed
+answer or extraction is a response with its `error` (scored as the paper's code counts it), not
+a reject; each response counts the instance's gold documents by modality; the (instance,
+setting, method) items in = responses."""
 from __future__ import annotations
 
 import json
@@ -45,7 +47,7 @@ def by_rule(seen):
             return _reply("<thinking>Document [1] is relevant.</thinking>\nThe answer is in the first document [1].")
         if "bird" in text:  # Table 16 for the bird: an empty (failed) answer
             return _reply("")
-        return _reply("The leaves lack nitrogen [1]. Water at the base [2].")
+        return _reply("<thinking>Both documents.</thinking>The leaves lack nitrogen [1]. Water at the base [2].")
     return handler
 
 
@@ -69,15 +71,20 @@ def test_numbered_documents_methods_and_rejects(tmp_path, httpserver: HTTPServer
     def rid(instance, setting, method):
         return content_id("mresp", "cand", instance, setting, method)
 
-    assert set(rows) == {(BIRD, "cot"), (TOMATO, "cot"), (TOMATO, "vanilla"), (TOMATO, "vanilla_ke")}
-    assert sorted((r["id"], r["reason"]) for r in rejects) == sorted(
-        [(rid(BIRD, "multi", "vanilla"), "invalid_answer"), (rid(BIRD, "multi", "vanilla_ke"), "extraction_failed")])
-    assert report["rows_in"] == 2 * len(METHODS) == len(rows) + report["rejected"]
+    assert set(rows) == {(i, m) for i in (TOMATO, BIRD) for m in METHODS} and rejects == []
+    assert report["rows_in"] == 2 * len(METHODS) == len(rows) + report["rejected"] and report["stats"]["failed_generations"] == 2
+    bird, bird_ke = rows[(BIRD, "vanilla")], rows[(BIRD, "vanilla_ke")]
+    assert (bird["answer"], bird["error"].split(":")[0]) == ("", "empty")  # empty after the retries: a failed generation
+    assert bird_ke["answer"] == "" and bird_ke["error"].startswith("extraction_failed: Table 18 failed for ['d:i2', 'd:t3']: empty")
 
     vanilla = rows[(TOMATO, "vanilla")]
     assert [(d["number"], d["doc_id"]) for d in vanilla["documents"]] == [(1, "d:t1"), (2, "d:t2")]  # repeats once
-    assert vanilla["answer"] == vanilla["raw"] == "The leaves lack nitrogen [1]. Water at the base [2]."
+    assert vanilla["answer"] == "The leaves lack nitrogen [1]. Water at the base [2]."  # the thinking block goes for Vanilla too
+    assert vanilla["raw"].startswith("<thinking>") and vanilla["error"] is None
     assert (vanilla["id"], vanilla["setting"], vanilla["vision"], vanilla["gold_answer"][:6]) == (rid(TOMATO, "text", "vanilla"), "text", False, "Yellow")
+    # the fixture's only entailed fact document is d:t1, for the tomato: one text positive, no image
+    assert (vanilla["positive_text_documents"], vanilla["positive_image_documents"]) == (1, 0)
+    assert (bird["positive_text_documents"], bird["positive_image_documents"]) == (0, 0)
     cot = rows[(BIRD, "cot")]
     assert [(d["number"], d["doc_id"], d["modality"]) for d in cot["documents"]] == [(1, "d:i2", "image"), (2, "d:t3", "text")]
     assert cot["answer"] == "The answer is in the first document [1]." and cot["raw"].startswith("<thinking>")

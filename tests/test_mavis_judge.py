@@ -1,7 +1,8 @@
 """mavis_judge and mavis_score through their CLIs, the judge an OpenAI-compatible server on
 127.0.0.1 that labels by rule: fixed labels, one failed call (missing in strict, 0 in reference),
-an image document shown as an image, a citation to a missing document, an empty answer; every
-expected number worked out by hand."""
+an image document shown as an image, a citation to a missing document, a repeated citation, an
+empty answer and a failed generation; both scorings' calls (the reference ones as MAVIS's public
+scripts ask them) and every expected number worked out by hand."""
 from __future__ import annotations
 
 import json
@@ -46,10 +47,14 @@ def judge_by_rule(request):
     return _reply(json.dumps({"label": "fully supported" if "nitrogen" in statement else "partially supported"}))
 
 
-def _response(method, answer, documents):
+LONG_GOLD = "Nitrogen deficiency yellows the lower leaves first. " * 11  # 572 characters: over groundedness.py's 500
+
+
+def _response(method, answer, documents, error=None):
     return {"id": f"resp-{method}", "model": "m", "instance_id": "reddit:p1/c1", "setting": "multi", "method": method,
-            "question": "Why are the leaves of my tomato plant turning yellow?", "gold_answer": "Nitrogen.", "retriever": "test",
-            "vision": True, "documents": documents, "raw": answer, "answer": answer, "finish_reason": "stop"}
+            "question": "Why are the leaves of my tomato plant turning yellow?", "gold_answer": LONG_GOLD, "retriever": "test",
+            "vision": True, "documents": documents, "raw": "upstream error" if error else answer, "answer": answer, "finish_reason": "stop",
+            "error": error, "positive_text_documents": 1, "positive_image_documents": 0}
 
 
 def test_judge_labels_to_scores(tmp_path, httpserver: HTTPServer):
@@ -60,14 +65,16 @@ def test_judge_labels_to_scores(tmp_path, httpserver: HTTPServer):
                  {"number": 2, "doc_id": "d:t2", "modality": "text", "text": "Water at the base.", "image_sha256": None, "extraction": None},
                  {"number": 3, "doc_id": "d:i1", "modality": "image", "text": "A yellowing tomato leaf.", "image_sha256": sha, "extraction": None}]
     responses = tmp_path / "responses.parquet"
-    write_table(responses, [_response("vanilla", ANSWER, documents), _response("cot", "", documents)], "mavis_eval_responses")
+    write_table(responses, [_response("vanilla", ANSWER, documents), _response("cot", "", documents),
+                            _response("vanilla_ke", "", documents, error="backend: HTTP 500 from x")], "mavis_eval_responses")
     httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(judge_by_rule)
     llm = {"backend": "openai", "model": "rule", "cache": {"path": str(tmp_path / "llm.sqlite")}, "image_store": str(tmp_path / "store"),
            "max_attempts": 1, "openai": {"base_url": httpserver.url_for("/v1"), "max_retries": 1}}
     judgements, sentences = tmp_path / "judgements.parquet", tmp_path / "sentences.parquet"
     run_stage("mavis_judge", f"--input=responses={responses}", f"--input=release={manifest}", f"--output=judgements={judgements}",
               f"--output=sentences={sentences}", "--params", json.dumps({"judge": "rule", "llm": llm, "vision": True}))
-    rows = con.execute(f"select kind, sentence_index, doc_number, score, ok from '{judgements}' where response_id = 'resp-vanilla' order by all").fetchall()
+    rows = con.execute(f"select kind, sentence_index, doc_number, score, ok from '{judgements}' "
+                       "where response_id = 'resp-vanilla' and scoring = 'strict' order by all").fetchall()
     assert rows == sorted([
         ("completeness", None, None, 1.0, True), ("completeness", None, None, 0.5, True),
         ("relevance", 0, None, 1.0, True), ("relevance", 1, None, 0.5, True), ("relevance", 2, None, 0.0, True), ("relevance", 3, None, 1.0, True),
@@ -75,9 +82,27 @@ def test_judge_labels_to_scores(tmp_path, httpserver: HTTPServer):
         ("support_doc", 0, 1, 1.0, True), ("support_doc", 1, 2, 0.5, True), ("support_doc", 3, 1, 1.0, True),
         ("support_doc", 3, 3, None, False),  # the failed call: no score; document 5 does not exist, so no call
     ], key=lambda r: tuple((x is None, x) for x in r))
-    # the empty answer asks nothing: its facts are recorded as not addressed, without a call
-    assert con.execute(f"select kind, score, raw from '{judgements}' where response_id = 'resp-cot'").fetchall() == \
-        [("completeness", 0.0, "(empty answer: not sent to the judge)")] * 2
+    # reference: the public scripts' statements. groundedness: "Tomatoes need nitrogen" [1],[1] (the repeat kept),
+    # "Water them at the base" [2] (5 > 3 dropped), "Yellow lower leaves show a deficiency" [1, 3]; the uncited
+    # sentence is no statement. Relevance: the same three statements, judged with the gold answer shown.
+    rows = con.execute(f"select kind, sentence_index, citation, doc_number, score, ok from '{judgements}' "
+                       "where response_id = 'resp-vanilla' and scoring = 'reference' order by all").fetchall()
+    assert rows == sorted([
+        ("completeness", None, None, None, 1.0, True), ("completeness", None, None, None, 0.5, True),
+        ("relevance", 0, None, None, 1.0, True), ("relevance", 1, None, None, 0.5, True), ("relevance", 2, None, None, 1.0, True),
+        ("support", 0, None, None, 1.0, True), ("support", 1, None, None, 0.5, True), ("support", 2, None, None, 0.5, True),
+        ("support_doc", 0, 0, 1, 1.0, True), ("support_doc", 0, 1, 1, 1.0, True),  # one citation alone: no extra call for s1
+        ("support_doc", 2, 0, 1, 1.0, True), ("support_doc", 2, 1, 3, None, False),
+    ], key=lambda r: tuple((x is None, x) for x in r))
+    bodies = [json.dumps(r.get_json()) for r, _ in httpserver.log]
+    relevance_asked = [b for b in bodies if "Answer: Nitrogen deficiency yellows" in b]
+    assert len(relevance_asked) == 3 and not any("image_url" in b for b in relevance_asked)  # gold answer shown, image not
+    assert any("Fact:" in b and "Tomatoes need nitrogen [1][1]." in b for b in bodies)  # completeness sees the answer as written
+    # the empty answer and the failed generation ask nothing: their facts are not addressed, without a call
+    assert con.execute(f"select scoring, kind, score, raw from '{judgements}' where response_id = 'resp-cot' order by scoring").fetchall() == \
+        [("reference", "completeness", 0.0, "(empty answer: not sent to the judge)")] * 2 + [("strict", "completeness", 0.0, "(empty answer: not sent to the judge)")] * 2
+    assert {r[0] for r in con.execute(f"select raw from '{judgements}' where response_id = 'resp-vanilla_ke'").fetchall()} == \
+        {"(failed generation: not sent to the judge)"}
     scores, summary = tmp_path / "scores.parquet", tmp_path / "summary.parquet"
     run_stage("mavis_score", f"--input=responses={responses}", f"--input=sentences={sentences}", f"--input=judgements={judgements}",
               f"--output=scores={scores}", f"--output=summary={summary}", "--params", "{}")
@@ -87,14 +112,26 @@ def test_judge_labels_to_scores(tmp_path, httpserver: HTTPServer):
     assert strict["relevance"] == pytest.approx((1 + 0.5 + 0 + 1) / 4)
     assert strict["recall"] == pytest.approx((1 + 0.5 + 0 + 0.5) / 4)  # the uncited sentence counts 0
     assert strict["precision"] is None and strict["groundedness_f1"] is None  # a failed call: missing, never 0
-    assert reference["recall"] == pytest.approx((1 + 0.5 + 0.5) / 3)  # cited sentences only
-    # s0: 1 / 1; s1: (0.5 + 0 for the missing document 5) / 2; s3: (1 + 0 for the failed call) / 2
-    assert reference["precision"] == pytest.approx((1 + 0.25 + 0.5) / 3)
     assert (strict["used_text"], strict["used_image"], strict["utilisation_text"], strict["utilisation_image"]) == (2.0, 1.0, 1.0, 1.0)
     assert strict["precision_text"] == pytest.approx((1 + 0.5 + 1) / 3) and strict["precision_image"] is None
     assert strict["failed_judge_calls"] == 1
+    # reference, by groundedness.py / relevance.py / completeness.py
+    assert reference["completeness"] == pytest.approx((1 + 0.5) / 2)
+    assert reference["relevance"] == pytest.approx((1 + 0.5 + 1) / 3)
+    assert reference["recall"] == pytest.approx((1 + 0.5 + 0.5) / 3)  # keys i_0 of the three statements
+    # precision: s0 (1 + 1) / 2; s1 one citation: i_1 = i_0 = 0.5; s2 (1 + 0 for the failed "Error" label) / 2
+    assert reference["precision"] == pytest.approx((1 + 0.5 + 0.5) / 3)
+    assert reference["precision_image"] == 0.0  # the one citation of the image document alone: the failed call, 0
     empty = got[("cot", "strict")]
     assert (empty["completeness"], empty["relevance"], empty["recall"], empty["precision"], empty["n_sentences"]) == (0.0, 0.0, 0.0, 0.0, 0)
+    # the failed generation: strict an empty answer (0 everywhere); reference the public client's "Error" answer:
+    # completeness 0, relevance left out (relevance.py drops answers containing "Error"), no citation -> recall 0, precision 0
+    failed = got[("vanilla_ke", "strict")]
+    assert (failed["completeness"], failed["relevance"], failed["recall"], failed["precision"]) == (0.0, 0.0, 0.0, 0.0)
+    failed = got[("vanilla_ke", "reference")]
+    assert (failed["completeness"], failed["relevance"], failed["recall"], failed["precision"]) == (0.0, None, 0.0, 0.0)
     # the summary: strict precision of the vanilla answer is missing, counted
     row = con.execute(f"select value, n, missing from '{summary}' where method = 'vanilla' and scoring = 'strict' and metric = 'precision'").fetchone()
     assert row == (None, 0, 1)
+    row = con.execute(f"select value, missing, note from '{summary}' where method = 'vanilla_ke' and scoring = 'reference' and metric = 'relevance'").fetchone()
+    assert row[:2] == (None, 1) and "Error" in row[2]

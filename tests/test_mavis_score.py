@@ -1,12 +1,16 @@
 """MAVIS metrics (mavis.txt §4) on hand-made answers with fixed judge labels; every expected number
-is worked out by hand in the test. Plus MAUVE on precomputed features against the package itself."""
+is worked out by hand in the test: strict from the paper's formulas, reference from the rules of
+MAVIS's public scripts (util.py / groundedness.py / relevance.py / completeness.py / aggregate.py /
+fluency.py), each rule quoted where it is used. Plus MAUVE on precomputed features against the
+package itself."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from stages.core.mavis_eval import (harmonic, label_score, parse_citations, plain_text, remove_thinking, response_scores,
-                                    split_sentences)
+from stages.core.mavis_eval import (harmonic, label_score, mauve_dropped, mauve_text, parse_citations, plain_text, reference_answer,
+                                    reference_citations, reference_scores, reference_statements, reference_used, remove_thinking,
+                                    response_scores, split_sentences)
 from stages.eval_mavis.mavis_generate_queries import parse_queries
 from stages.eval_mavis.mavis_score import mauve_value, statistics
 
@@ -42,7 +46,7 @@ def test_sentences_and_citations_parse_as_documented():
 
 
 def test_strict_scores_by_hand():
-    got = response_scores(sentences_of(ANSWER, 3), 3, FACTS, RELEVANCE, SUPPORT, SUPPORT_DOC, "strict")
+    got = response_scores(sentences_of(ANSWER, 3), 3, FACTS, RELEVANCE, SUPPORT, SUPPORT_DOC)
     completeness = (1 + 0.5 + 0) / 3  # 0.5
     relevance = (1 + 0.5 + 0 + 1) / 4  # 0.625
     recall = (1 + 0.5 + 0 + 0.5) / 4  # the uncited s2 counts 0: 0.5
@@ -54,57 +58,89 @@ def test_strict_scores_by_hand():
     assert got["groundedness_f1"] == pytest.approx(0.5)
 
 
+LONG_GOLD = "Nitrogen. " * 60  # 540 characters: groundedness.py keeps gold answers over 500 characters
+
+
+def test_reference_statements_and_citations_as_the_public_scripts_read_them():
+    # util.extract_references: the text before each bracket, its last sentence; "[1][1]" leaves an empty
+    # statement before the second bracket, shorter than 5 characters, so its bracket joins the one before
+    assert reference_statements(ANSWER, "grounding") == [("Tomatoes need nitrogen", "[1],[1]"), ("Water them at the base", "[2],[5]"),
+                                                         ("Yellow lower leaves show a deficiency", "[1, 3]")]
+    # relevance.py's own copy skips a bracket with no text before it (its "[1]" is lost, not joined)
+    assert reference_statements(ANSWER, "relevance")[0] == ("Tomatoes need nitrogen", "[1]")
+    # a leading short statement: kept by util.py (and "Yes", shorter than 5, joins it), dropped by relevance.py
+    assert reference_statements("[2] Yes [1]. Cardinals eat seeds [2].", "grounding")[0] == ("", "[2],[1]")
+    assert reference_statements("[2] Yes [1]. Cardinals eat seeds [2].", "relevance") == [("Cardinals eat seeds", "[2]")]
+    # groundedness.py: refs.replace("[", "").replace("]", "").split(","), int(ref) if ref.strip().isdigit() and ref != '0',
+    # documents_id[ref - 1] if ref - 1 < len(documents): duplicates kept, 5 > 3 dropped, " 0" is documents_id[-1]
+    assert reference_citations("[1],[1]", 3) == ([1, 1], [], [1, 1])
+    assert reference_citations("[2],[5]", 3) == ([2], [5], [2, 5])
+    assert reference_citations("[1, 0]", 3) == ([1, 3], [], [1, 0]) and reference_citations("[0]", 3) == ([], [], [])
+    assert reference_citations("[1; 2]", 3) == ([], [], [])  # "1; 2" is not digits
+    assert reference_citations("[12]", 12) == ([12], [], [12])
+    # aggregate.py counts used documents digit by digit: "[12]" is documents 1 and 2; "[2]" after "[1]" is lost
+    assert reference_used("A is b [12]. C is d [1][2].", 3) == {1, 2} and reference_used("A is b [3][2].", 3) == {3}
+    # the answer the scripts read: after the last </thinking>, then after the last "answer is:"; a failed call is "Error"
+    assert reference_answer("<thinking>x [1]</thinking> So the answer is: Red [1].", None) == "Red [1]."
+    assert reference_answer("<thinking>never closed [1]", None) == "<thinking>never closed [1]"
+    assert reference_answer("HTTP 500", "backend: HTTP 500 from x") == "Error" and reference_answer("", "empty: no text") == ""
+
+
 def test_reference_scores_by_hand():
-    got = response_scores(sentences_of(ANSWER, 3), 3, FACTS, RELEVANCE, SUPPORT, SUPPORT_DOC, "reference")
-    # only the cited sentences s0, s1, s3 count for groundedness
+    grounding = [{"index": 0, "cited": [1, 1]}, {"index": 1, "cited": [2]}, {"index": 2, "cited": [1, 3]}]
+    support = {0: 1.0, 1: 0.5, 2: 0.5}  # key i_0: all cited documents together
+    support_doc = {(0, 0): 1.0, (0, 1): 1.0, (2, 0): 1.0, (2, 1): 0.0}  # keys i_1..i_m: each citation alone
+    got = reference_scores(ANSWER, LONG_GOLD, [1.0, 0.5, None], [1.0, 0.5, 1.0], grounding, support, support_doc)
+    assert got["completeness"] == pytest.approx((1 + 0.5 + 0) / 3)  # the failed call's "Error" label scores 0
+    assert got["relevance"] == pytest.approx((1 + 0.5 + 1) / 3)  # the cited statements only
     assert got["recall"] == pytest.approx((1 + 0.5 + 0.5) / 3)
+    # precision: s0 (1 + 1) / 2 (the repeat is its own call); s1 one citation: i_1 = i_0 = 0.5; s2 (1 + 0) / 2
     assert got["precision"] == pytest.approx((1 + 0.5 + 0.5) / 3)
-    assert got["relevance"] == pytest.approx(0.625) and got["completeness"] == pytest.approx(0.5)
+    # a short gold answer leaves groundedness out; "Error" in the answer leaves relevance out
+    short = reference_scores(ANSWER, "Nitrogen.", [1.0], [1.0], grounding, support, support_doc)
+    assert (short["recall"], short["precision"], short["groundedness_f1"]) == (None, None, None)
+    failed = reference_scores("Error", LONG_GOLD, [0.0, 0.0], [], [], {}, {})
+    assert failed["relevance"] is None and failed["informativeness_f1"] is None
+    assert (failed["completeness"], failed["recall"], failed["precision"]) == (0.0, 0.0, 0.0)  # nothing cited: 0 and 0
+    # no statement: relevance 0 (length 0 -> scores.append(0)); no fact: completeness 0
+    assert reference_scores("No citations here.", LONG_GOLD, [], [], [], {}, {})["completeness"] == 0.0
+    assert reference_scores("No citations here.", LONG_GOLD, [], [], [], {}, {})["relevance"] == 0.0
 
 
-def test_failed_judge_call_is_missing_in_strict_and_zero_in_reference():
-    relevance = {**RELEVANCE, 1: None}
-    support_doc = {**SUPPORT_DOC, (3, 3): None}
-    facts = [1.0, None, 0.0]
-    strict = response_scores(sentences_of(ANSWER, 3), 3, facts, relevance, SUPPORT, support_doc, "strict")
-    assert strict["relevance"] is None and strict["completeness"] is None and strict["precision"] is None
-    assert strict["informativeness_f1"] is None and strict["groundedness_f1"] is None
-    assert strict["recall"] == pytest.approx(0.5)  # its calls all answered
-    reference = response_scores(sentences_of(ANSWER, 3), 3, facts, relevance, SUPPORT, support_doc, "reference")
-    assert reference["relevance"] == pytest.approx((1 + 0 + 0 + 1) / 4)
-    assert reference["completeness"] == pytest.approx((1 + 0 + 0) / 3)
-    assert reference["precision"] == pytest.approx((1 + 0.5 + 0.5) / 3)  # s3: (1 + 0 for the failure) / 2
+def test_mauve_inputs_as_fluency_py():
+    # preprocess_text(Q + " " + A): [k] removed, newlines to spaces, whitespace collapsed, " ." -> ".", "**" removed
+    assert mauve_text("Why?", "**Red** leaves [1] .\nWater [2][3].") == "Why? Red leaves. Water."
+    assert mauve_dropped("Why? An Error occurred") and mauve_dropped("Why? The DOCUMENT says") and mauve_dropped("Why? More Information")
+    assert not mauve_dropped("Why? An error occurred")  # "Error" is matched with its capital
 
 
 def test_one_citation_missing_documents_no_citations_and_empty_answers():
     # one sentence, one citation, partially supported: recall = precision = 0.5
-    one = response_scores(sentences_of("Cardinals eat seeds [2].", 2), 1, [1.0], {0: 1.0}, {0: 0.5}, {(0, 2): 0.5}, "strict")
+    one = response_scores(sentences_of("Cardinals eat seeds [2].", 2), 1, [1.0], {0: 1.0}, {0: 0.5}, {(0, 2): 0.5})
     assert (one["recall"], one["precision"], one["groundedness_f1"], one["informativeness_f1"]) == (0.5, 0.5, 0.5, 1.0)
     # a citation to a document that does not exist: no judge call, recall 0, precision 0 / 1
     ghost = sentences_of("Cardinals eat seeds [7].", 2)
     assert ghost[0]["cited"] == [] and ghost[0]["unknown"] == [7]
-    for scoring in ("strict", "reference"):
-        got = response_scores(ghost, 1, [0.0], {0: 1.0}, {}, {}, scoring)
-        assert (got["recall"], got["precision"]) == (0.0, 0.0)
-    # no citation at all: strict 0 over every sentence; reference 0 as the public code (nothing cited)
+    got = response_scores(ghost, 1, [0.0], {0: 1.0}, {}, {})
+    assert (got["recall"], got["precision"]) == (0.0, 0.0)
+    # no citation at all: strict 0 over every sentence
     uncited = sentences_of("Cardinals are red. They eat seeds.", 2)
-    for scoring in ("strict", "reference"):
-        got = response_scores(uncited, 1, [1.0], {0: 1.0, 1: 1.0}, {}, {}, scoring)
-        assert (got["recall"], got["precision"], got["groundedness_f1"]) == (0.0, 0.0, 0.0)
+    got = response_scores(uncited, 1, [1.0], {0: 1.0, 1: 1.0}, {}, {})
+    assert (got["recall"], got["precision"], got["groundedness_f1"]) == (0.0, 0.0, 0.0)
     # an empty answer (e.g. a CoT answer that is all thinking) scores 0; without facts completeness is n/a
     empty = sentences_of(remove_thinking("<thinking>only reasoning [1]</thinking>"), 2)
     assert empty == []
-    got = response_scores(empty, 2, [], {}, {}, {}, "strict")
+    got = response_scores(empty, 2, [], {}, {}, {})
     assert got == {"completeness": 0.0, "relevance": 0.0, "recall": 0.0, "precision": 0.0, "informativeness_f1": 0.0, "groundedness_f1": 0.0}
-    assert response_scores(empty, 0, [], {}, {}, {}, "strict")["completeness"] is None
+    assert response_scores(empty, 0, [], {}, {}, {})["completeness"] is None
     assert harmonic(0.0, 0.0) == 0.0 and harmonic(None, 1.0) is None
 
 
 def test_utilisation_statistics_by_hand():
     response = {"documents": [{"number": 1, "modality": "text"}, {"number": 2, "modality": "image"}, {"number": 3, "modality": "text"}]}
     sents = sentences_of(ANSWER, 3)  # cites 1, 2, 3 (and the missing 5)
-    modalities = {d["number"]: d["modality"] for d in response["documents"]}
-    got = statistics(response, sents, SUPPORT_DOC, modalities)
+    used = {n for s in sents for n in s["cited"]}
+    got = statistics(response, used, [(n, v) for (_, n), v in SUPPORT_DOC.items()])
     assert (got["retrieved_text"], got["retrieved_image"], got["used_text"], got["used_image"]) == (2.0, 1.0, 2.0, 1.0)
     assert got["utilisation_text"] == 1.0 and got["utilisation_image"] == 1.0
     assert got["precision_text"] == pytest.approx((1.0 + 1.0 + 0.0) / 3)  # (0,1), (3,1), (3,3)
@@ -132,9 +168,29 @@ def test_mauve_on_precomputed_features_is_the_package_value():
 
 
 def test_top_k_breaks_ties_by_document_id_within_the_setting():
-    from stages.eval_mavis.mavis_retrieve import top_k
+    from stages.core.mavis_retrievers import top_k
 
     scores = np.array([0.5, 0.9, 0.5, 0.1, 0.9])  # documents sorted by id: index order is id order
     assert top_k(scores, np.arange(5), 3) == [1, 4, 0]
     assert top_k(scores, np.array([0, 2, 3]), 2) == [0, 2]  # e.g. the image documents only
     assert top_k(scores, np.array([], dtype=int), 2) == []
+
+
+def test_mauve_inputs_of_each_scoring():
+    from stages.eval_mavis.mavis_score import mauve_inputs
+
+    long_gold = "Prune in late winter. " * 30  # 660 characters
+    docs = [{"number": 1, "modality": "text"}]
+
+    def response(answer, gold=long_gold, text=1, image=1, error=None, documents=docs):
+        return {"question": "When to prune?", "gold_answer": gold, "answer": answer, "raw": answer, "error": error, "documents": documents,
+                "positive_text_documents": text, "positive_image_documents": image}
+    group = [response("Prune in winter [1]."), response("The document says winter [1]."), response("Winter.", gold="Winter."),
+             response("Winter [1].", image=0), response("", error="backend: HTTP 500 from x"), response("Winter.", documents=[])]
+    gold, model = mauve_inputs(group, "reference")
+    # fluency.py keeps instances with a text and an image gold document, retrieved documents and a gold answer over
+    # 500 characters: responses 0, 1 and 4; their model texts "Q A", less those with "document" or "Error"
+    assert gold == [mauve_text("When to prune?", long_gold)] * 3
+    assert model == ["When to prune? Prune in winter."]
+    gold, model = mauve_inputs(group, "strict")  # every answered response, no question prefix; the failed one has no text
+    assert len(gold) == len(model) == 5 and model[0] == "Prune in winter."

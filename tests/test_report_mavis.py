@@ -1,8 +1,9 @@
 """report_mavis through its CLI (mavis.txt §5.3-5.6, Tables 4-5, Figure 4) on hand-written evaluation
 tables of two models (one file per model and table): the main table's numbers are the summary's on a
 0-100 scale with "(k missing)" and "n/a", strict scoring before reference, rows ordered by model,
-setting and method; coverage comes from the tables and the responses' report sidecar; every input
-row is in the DuckDB file; the two Figure 4 plots are PNG files."""
+setting and method; coverage comes from the tables (failed generations are responses with an
+error) and the responses' report sidecar (rejected answers); every input row is in the DuckDB
+file; the two Figure 4 plots are PNG files."""
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ def _summary(model, setting, method, scoring, values, missing=None, note=None):
 
 
 def _tables():
-    """Per model, per table: the rows. alpha: 2 instances, 2 responses (one cut by max_tokens), one
-    failed judge call and one answer whose groundedness F1 is missing; beta: one instance, Multi-RAG CoT."""
+    """Per model, per table: the rows. alpha: 2 instances, 3 responses (one cut by max_tokens, one a
+    failed generation), one failed judge call and one answer whose groundedness F1 is missing; beta:
+    one instance, Multi-RAG CoT."""
     alpha_strict = dict(zip(PERCENT + COUNTS, (0.5, 0.75, 0.25, None, 0.5, 0.25, 0.8, 3.0, 0.0, 2.0, 0.0)))
     alpha_reference = dict(alpha_strict, groundedness_f1=0.4, precision=0.125)
     beta_strict = dict(zip(PERCENT + COUNTS, (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, None, 2.0, 1.0, 1.0, 0.0)),
@@ -33,8 +35,9 @@ def _tables():
         "alpha": {
             "queries": [{"id": f"mq:a{i}", "model": "alpha", "instance_id": f"i{i}", "query_index": 0, "query": "q"} for i in (1, 2)],
             "retrieved": [{"id": "mr:a", "model": "alpha", "instance_id": "i1", "setting": "text", "rank": 1, "doc_id": "d", "retriever": "minilm:x"}],
-            "responses": [{"id": f"mresp:a{i}", "model": "alpha", "instance_id": f"i{i}", "setting": "text", "method": "vanilla", "vision": False,
-                           "finish_reason": reason} for i, reason in ((1, "stop"), (2, "length"))],
+            "responses": [{"id": f"mresp:a{i}", "model": "alpha", "instance_id": f"i{i}", "setting": "text", "method": m, "vision": False,
+                           "finish_reason": reason, "error": error} for i, m, reason, error in (
+                               (1, "vanilla", "stop", None), (2, "vanilla", "length", None), (2, "cot", None, "empty: the model returned no text"))],
             "sentences": [{"id": "ms:a", "response_id": "mresp:a1", "model": "alpha", "sentence_index": 0}],
             "judgements": [{"id": f"mj:a{k}", "response_id": "mresp:a1", "model": "alpha", "kind": "support", "ok": ok} for k, ok in ((1, True), (2, False))],
             "scores": [{"response_id": f"mresp:a{i}", "model": "alpha", "setting": "text", "method": "vanilla", "scoring": "strict",
@@ -67,7 +70,14 @@ def test_report_tables_coverage_and_db(tmp_path):
             args.append(f"--input={name}={path}")
     # alpha's responses carry the generation stage's report sidecar; beta's has none (its model is read from the file name)
     (tmp_path / "alpha" / "alpha.parquet.report.json").write_text(json.dumps(
-        {"params": {"model": "alpha"}, "rows_in": 3, "rejected": 1, "rejected_by_reason": {"invalid_answer": 1}}))
+        {"params": {"model": "alpha"}, "rows_in": 4, "rejected": 1, "rejected_by_reason": {"missing_image": 1}}))
+    # Table 3 and Table 6 from their stages
+    write_table(tmp_path / "retrieval.parquet", [{"model": "alpha", "retriever": "minilm:x", "split": "all", "instances": 2, "ndcg_k": 10,
+                                                  "ndcg": 0.25, "recall_k": 100, "recall": 0.75}], "mavis_eval_retrieval_summary")
+    write_table(tmp_path / "agreement.parquet", [{"judge": "j", "metric": "recall", "level": "answer", "n": 2, "pearson": 0.9},
+                                                  {"judge": "j", "metric": "relevance", "level": "item", "n": 1, "pearson": None}],
+                "mavis_eval_judge_agreement")
+    args += [f"--input=retrieval={tmp_path / 'retrieval.parquet'}", f"--input=agreement={tmp_path / 'agreement.parquet'}"]
     out = {name: tmp_path / "out" / name for name in ("report.md", "groundedness.png", "utilisation.png", "evaluation.duckdb")}
     run_stage("report_mavis", *args, f"--output=report={out['report.md']}", f"--output=groundedness_plot={out['groundedness.png']}",
               f"--output=utilisation_plot={out['utilisation.png']}", f"--output=db={out['evaluation.duckdb']}", "--params", '{"title": "T"}')
@@ -81,12 +91,14 @@ def test_report_tables_coverage_and_db(tmp_path):
     assert "| beta | + Multi-RAG | CoT | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |" in text  # no reference rows for beta
     assert "| beta | Multi-RAG | CoT | 40.0 | n/a | 50.0 | 0.0 |" in text  # by modality, strict
     assert "Fluency: MiniLM features" in text
+    assert "| minilm:x | alpha | all | 2 | 0.2500 (k=10) | 0.7500 (k=100) |" in text  # Table 3
+    assert "| j | recall | answer | 2 | 0.900 |" in text and "| j | relevance | item | 1 | n/a |" in text  # Table 6
     con = duckdb.connect(str(out["evaluation.duckdb"]), read_only=True)
     for name in tables["alpha"]:
         assert con.execute(f"select count(*) from {name}").fetchone()[0] == len(tables["alpha"][name]) + len(tables["beta"][name])
     coverage = con.execute("select * exclude (failed_by_reason) from coverage order by model").fetchall()
-    # model, instances, answers asked, responses, failed generations, truncated, failed judge calls, missing F1, retriever, vision
-    assert coverage == [("alpha", 2, 3, 2, 1, 1, 1, 1, "minilm:x", False), ("beta", 1, None, 1, None, 0, 0, 0, "minilm:x", True)]
-    assert json.loads(con.execute("select failed_by_reason from coverage where model = 'alpha'").fetchone()[0]) == {"invalid_answer": 1}
+    # model, instances, answers asked, responses, failed generations, rejected, truncated, failed judge calls, missing F1, retriever, vision
+    assert coverage == [("alpha", 2, 4, 3, 1, 1, 1, 1, 1, "minilm:x", False), ("beta", 1, None, 1, 0, None, 0, 0, 0, "minilm:x", True)]
+    assert json.loads(con.execute("select failed_by_reason from coverage where model = 'alpha'").fetchone()[0]) == {"empty": 1}
     for name in ("groundedness.png", "utilisation.png"):
         assert out[name].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -8,9 +8,11 @@
   `min_image_score`, the best `max_page_images` and `max_aux_images` of each, `max_images` in all.
 - Placeholders (§3): an image in an answer is `![short caption](image_<n>)`, n the input image's
   number; anything else (`image_99`, a real url) points to no image and is counted, not judged.
-- Metric arithmetic (§6, App. D): 0-10 judge scores normalised to 0-1; RAGAS context precision
-  and faithfulness; image recall as the Figure 22 judge sees it and as the public code counts it;
-  the strict and reference-compatible aggregations (see `aggregate`).
+- Metric arithmetic (§6, App. D): 0-10 judge scores clamped and normalised to 0-1; RAGAS context
+  precision and faithfulness; image recall as the Figure 22 judge sees it and as the public code
+  counts it; the strict and reference-compatible aggregations (see `aggregate`), the lines the
+  public evaluate.py prints beside the overall (`averages`) and the per-topic overall of Figure 3
+  (`by_topic`).
 """
 from __future__ import annotations
 
@@ -176,15 +178,15 @@ def document_with_captions(text: str, found: list[dict], captions: dict[int, str
 
 
 def normalise(score: float | None, scale: int) -> float | None:
-    """A judge score on 0..scale as 0-1 (Fig. 17-21: scale 10; Fig. 22 and RAGAS verdicts: 1)."""
-    return None if score is None else score / scale
+    """A judge score on 0..scale as 0-1, clamped to the scale first as the public code does
+    (`max(lower, min(upper, score)) / upper`: "12" on 0-10 is 1.0). Fig. 17-21: scale 10; Fig. 22
+    and RAGAS verdicts: 1."""
+    return None if score is None else max(0, min(scale, score)) / scale
 
 
-def context_precision(verdicts: list[int]) -> float | None:
+def context_precision(verdicts: list[int]) -> float:
     """RAGAS context precision over the contexts in order: sum_k precision@k * v_k / (number of
-    relevant contexts); 0 when none is relevant (RAGAS divides by count + 1e-10); None without contexts."""
-    if not verdicts:
-        return None
+    relevant contexts + 1e-10): 0 when none is relevant, and 0 without contexts (RAGAS's empty sum)."""
     relevant = sum(verdicts)
     if relevant == 0:
         return 0.0
@@ -204,16 +206,31 @@ def image_recall_judge(used: set[int], unused_verdicts: dict[int, int]) -> float
     return None if not used and not wanted else len(used) / (len(used) + wanted)
 
 
-def image_recall_count(used: set[int], input_scores: dict[int, float], threshold: float = 8) -> float | None:
-    """The public code's recall: of the input images scored >= threshold, the share the answer used; None when there is none."""
+def image_recall_count(used: set[int], input_scores: dict[int, float], threshold: float = 8) -> float:
+    """The public code's recall (evaluate.py): of the input images scored >= threshold, the share the
+    answer used; 1.0 when no input image reaches the threshold (its `[1.0]` for an empty positive list)."""
     good = {n for n, s in input_scores.items() if s is not None and s >= threshold}
-    return len(good & used) / len(good) if good else None
+    return len(good & used) / len(good) if good else 1.0
 
 
-def last_integer(text: str | None) -> int | None:
-    """The public code's score parser: the last integer in the judge's text ("8/10" -> 10, "7.5" -> 5)."""
-    found = re.findall(r"\d+", text or "")
-    return int(found[-1]) if found else None
+def reference_score(row: dict, scale: int) -> float | None:
+    """A 0..scale judgement as the reference mode reads it: the judge's JSON `score` field, clamped
+    and normalised (`normalise`). An answered call gives its checked score; an answer the schema
+    refused (`error` "schema: ...", e.g. a score of 11) still gives its numeric `score` field, as the
+    public code would read the judge's number; a call that failed without a judge's JSON answer (a
+    backend error whose body may hold any number, text that is not JSON, no numeric `score`) yields
+    none, in this mode as in strict."""
+    if row["status"] == "judged":
+        return normalise(row["score"], scale)
+    if not (row.get("error") or "").startswith("schema:"):
+        return None
+    try:
+        value = json.loads(row["raw"]).get("score")
+    except (ValueError, TypeError, AttributeError):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return None
+    return normalise(value, scale)
 
 
 def mean(values: list[float | None]) -> float | None:
@@ -224,12 +241,13 @@ def mean(values: list[float | None]) -> float | None:
 def response_scores(response: dict, judgements: list[dict]) -> dict:
     """Per-response metric values, strict and reference-compatible, from its judgement rows.
 
-    strict: a metric with a failed judge call is missing; RAGAS metrics as defined above (None
-    without contexts / statements); image metrics one value per output image.
-    reference: the public code's reading: every judge score by `last_integer` of the raw text
-    (a failed call with an integer in its text counts with it, one without is missing: the public
-    code would crash), RAGAS NaN / failure -> 1.0, image recall by the count of input images
-    scored >= 8.
+    Both modes: a failed judge call never yields a score (the metric, or that image's value, is
+    missing); RAGAS context precision without contexts is 0 (RAGAS's empty sum).
+    strict: only answered calls count; faithfulness without statements is missing (RAGAS NaN);
+    image metrics one value per output image; recall the Figure 22 judge's.
+    reference (the public code's computation): 0-10 scores by `reference_score` (clamped);
+    faithfulness without statements 1.0 (the public code clamps RAGAS's NaN: min(1, NaN) = 1);
+    image recall by the count of input images scored >= 8, 1.0 when there is none.
     """
     rows: dict[str, list[dict]] = {}
     for j in judgements:
@@ -239,29 +257,26 @@ def response_scores(response: dict, judgements: list[dict]) -> dict:
     ref: dict = {}
     for metric in ("fluency", "relevance"):
         got = rows.get(metric, [])
-        ok = [j for j in got if j["status"] == "judged"]
-        strict[metric] = normalise(ok[0]["score"], 10) if ok else None
-        ref_raw = [last_integer(j["raw"]) for j in got]
-        ref[metric] = normalise(ref_raw[0], 10) if ref_raw and ref_raw[0] is not None else None
+        strict[metric] = normalise(got[0]["score"], 10) if got and got[0]["status"] == "judged" else None
+        ref[metric] = reference_score(got[0], 10) if got else None
     for metric, formula in (("context_precision", context_precision), ("faithfulness", faithfulness)):
         got = sorted(rows.get(metric, []), key=lambda j: j["position"])
         if any(j["status"] == "failed" for j in got):
-            strict[metric], ref[metric] = None, 1.0
+            strict[metric] = ref[metric] = None
         else:
-            value = formula([int(j["score"]) for j in got if j["status"] == "judged"])
+            value = formula([int(j["score"]) for j in got])
             strict[metric], ref[metric] = value, 1.0 if value is None else value
     for metric in IMAGE_METRICS:
         got = sorted(rows.get(metric, []), key=lambda j: j["position"])
         strict[metric] = [normalise(j["score"], 10) if j["status"] == "judged" else None for j in got]
-        ref[metric] = [normalise(last_integer(j["raw"]), 10) if last_integer(j["raw"]) is not None else None for j in got]
+        ref[metric] = [reference_score(j, 10) for j in got]
     recall_rows = rows.get("image_recall", [])
     if any(j["status"] == "failed" for j in recall_rows):
         strict["image_recall"] = None
     else:
         strict["image_recall"] = image_recall_judge(used, {j["position"]: int(j["score"]) for j in recall_rows})
     scores = {i["n"]: i["score"] for i in response["inputs"]}
-    strict["image_recall_count"] = ref["image_recall"] = image_recall_count(used, scores)
-    ref["image_recall_count"] = ref["image_recall"]
+    strict["image_recall_count"] = ref["image_recall"] = ref["image_recall_count"] = image_recall_count(used, scores)
     return {"strict": strict, "reference": ref}
 
 
@@ -292,4 +307,33 @@ def aggregate(per_response: list[dict], mode: str) -> dict:
     else:
         out["overall"] = None if any(v is None for v in eight) else sum(eight) / len(eight)
         out["overall_over"] = 8 if out["overall"] is not None else 0
+    out.update(averages(out, mode))
     return out
+
+
+def averages(agg: dict, mode: str) -> dict:
+    """The two lines the public evaluate.py prints after the overall: "Text Avg." (the mean of the
+    four text metrics) and "Multi-modal P. Avg." (the mean of image coherence, helpfulness and
+    reference). reference: undefined when any of its metrics is (numpy's NaN); strict: the mean of
+    those defined."""
+    out = {}
+    for name, metrics in (("text_average", TEXT_METRICS), ("image_precision_average", IMAGE_METRICS)):
+        values = [agg[m] for m in metrics]
+        present = [v for v in values if v is not None]
+        out[name] = None if not present or (mode == "reference" and len(present) < len(values)) else sum(present) / len(present)
+    return out
+
+
+def by_topic(per_response: dict[tuple[str, str], list[tuple[str, dict]]], mode: str) -> dict[str, dict]:
+    """Figure 3: per topic, the overall score of each system (model, approach) over its responses to
+    that topic's queries, and their average over the systems that have one ("average", "systems").
+    `per_response`: system -> [(topic, response_scores)]."""
+    topics: dict[str, dict] = {}
+    for system, rows in sorted(per_response.items()):
+        for topic in sorted({t for t, _ in rows}):
+            overall = aggregate([r for t, r in rows if t == topic], mode)["overall"]
+            topics.setdefault(topic, {"systems": {}})["systems"][system] = overall
+    for entry in topics.values():
+        present = [v for v in entry["systems"].values() if v is not None]
+        entry["average"] = sum(present) / len(present) if present else None
+    return topics

@@ -22,7 +22,8 @@ Approaches (§5; the seed does not print their prompts, ours are in prompts/m2ra
   It reads captions only (an LLM method), whatever `vision` says.
 
 Every response records its inputs, its calls and their tokens (Table 3 reports token use), the
-output images its placeholders resolve to and the placeholders that point to no input image.
+output images its placeholders resolve to, the placeholders that point to no input image, and the
+query's topic (the category it was sampled for, else its first one: Figure 3's per-topic scores).
 
 Inputs: release (release manifest JSON or release folder).
 Outputs: responses (m2rag_responses).
@@ -44,7 +45,7 @@ from stages.core.llm.openai import IMAGE_SLOT
 from stages.core.m2rag_eval import Selection, image_file, placeholder, read_release, release_folder, resolve_placeholders, select_inputs
 from stages.core.stage import Input, Output, Param, Reject, Stage, log
 
-VERSION = "1"
+VERSION = "2"
 APPROACHES = ("single_stage", "multi_stage", "separate")
 
 
@@ -66,6 +67,15 @@ def segments_of(text: str) -> list[str]:
     import blingfire
 
     return [s for s in blingfire.text_to_sentences(text.strip()).split("\n") if s.strip()] or [text.strip()]
+
+
+def topic_of(query: dict) -> str | None:
+    """The query's topic for Figure 3: the category it was sampled for (§4.1), else its first category."""
+    ids, names = list(query.get("categories") or []), list(query.get("category_names") or [])
+    sampled = query.get("sample_category")
+    if sampled in ids and len(names) == len(ids):
+        return names[ids.index(sampled)]
+    return names[0] if names else None
 
 
 class Generation:
@@ -217,7 +227,7 @@ def run(ctx):
                         image["thumb_sha256"] = ""
                     image["shown"] = "image" if image["thumb_sha256"] else "caption"
                 row = {"id": content_id("m2rag-resp", params["model"], params["approach"], query["id"]), "model": params["model"],
-                       "approach": params["approach"], "query_id": query["id"], "query": query["question"], "vision": vision,
+                       "approach": params["approach"], "query_id": query["id"], "query": query["question"], "topic": topic_of(query), "vision": vision,
                        "contexts": [{"page_rank": p["rank"], "title": p["title"], "text": "\n\n".join(b["text"] for b in p["blocks"] if b["text"])}
                                     for p in pages],
                        "inputs": images, "response": None, "calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "truncated_calls": 0,

@@ -22,8 +22,10 @@ A judge that sees images (`vision`) gets the image (its thumbnail) in place; oth
 0/1) scale is an invalid answer, retried by the client, then a failed judgement.
 
 Every planned judgement is a row; a failed call (invalid after the retries, or a backend error)
-is a row with status `failed`, no score and the raw text, and also a reject (`invalid_answer`,
-reason and raw text): the report counts it as missing, never as 0.
+is a row with status `failed`, no score, the raw text and the client's `error` ("backend: ..." when
+no answer came, "schema: ..." when the judge's JSON was off its scale), and also a reject
+(`invalid_answer`, reason and raw text): strict counts it as missing, never as 0; the reference
+mode reads a score only from a judge's JSON answer (stages.core.m2rag_eval.reference_score).
 
 Inputs: responses (m2rag_responses).
 Outputs: judgements (m2rag_judgements).
@@ -38,7 +40,7 @@ from stages.core.llm.openai import IMAGE_SLOT
 from stages.core.m2rag_eval import document_with_captions, image_contexts, strip_placeholders
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
-VERSION = "1"
+VERSION = "2"
 SCORE_PROMPTS = {"fluency": "m2rag_judge_fluency", "relevance": "m2rag_judge_relevance", "image_coherence": "m2rag_judge_image_coherence",
                  "image_helpfulness": "m2rag_judge_image_helpfulness", "image_reference": "m2rag_judge_image_reference"}
 
@@ -54,7 +56,7 @@ class Planner:
         r = self.response
         row = {"id": content_id("m2rag-judge", r["id"], metric, position), "response_id": r["id"], "model": r["model"],
                "approach": r["approach"], "query_id": r["query_id"], "judge": self.params["judge"], "metric": metric,
-               "position": position, "unit": unit, "score": None, "status": "planned", "mode": "text", "raw": ""}
+               "position": position, "unit": unit, "score": None, "status": "planned", "mode": "text", "raw": "", "error": None}
         images = []
         if image is not None:
             shown = self.vision and image["shown"] == "image" and image["thumb_sha256"]
@@ -101,7 +103,7 @@ def settle(ctx, rows: list[dict], answers) -> None:
         row["raw"] = answer.raw
         with ctx.item(row["id"], counted=False):  # a planned judgement, not an input row
             if not answer.ok:
-                row["status"] = "failed"
+                row["status"], row["error"] = "failed", answer.error
                 raise Reject("invalid_answer", f"{row['metric']} of {row['response_id']} ({row['unit']}): {answer.detail}")
             row["status"] = "judged"
             if "statements" in answer.value:  # faithfulness step 1: kept for step 2, not a score
@@ -135,7 +137,8 @@ def run(ctx):
             check = _same_length(len(statements))
             base = {k: statements_row[k] for k in ("response_id", "model", "approach", "query_id", "judge")}
             group = [{**base, "id": content_id("m2rag-judge", plan.response["id"], "faithfulness", i), "metric": "faithfulness",
-                      "position": i, "unit": s, "score": None, "status": "planned", "mode": "text", "raw": ""} for i, s in enumerate(statements)]
+                      "position": i, "unit": s, "score": None, "status": "planned", "mode": "text", "raw": "", "error": None}
+                     for i, s in enumerate(statements)]
             plan.rows.extend(group)
             verdict_rows.append(group)
             sampling = {"max_tokens": params["max_tokens"]} if params["max_tokens"] else None
@@ -147,7 +150,7 @@ def run(ctx):
             row["raw"] = answer.raw
             with ctx.item(row["id"], counted=False):
                 if not answer.ok:
-                    row["status"] = "failed"
+                    row["status"], row["error"] = "failed", answer.error
                     raise Reject("invalid_answer", f"faithfulness of {row['response_id']} (statement {i + 1}): {answer.detail}")
                 row["status"], row["score"] = "judged", float(answer.value[i])
     for plan in plans:

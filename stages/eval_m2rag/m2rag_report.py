@@ -10,16 +10,21 @@ aggregations, labelled:
   Figure 22 judge's: the images used over those plus the unused ones the judge would insert; the
   overall is the mean of the eight that are defined: a system that output no image has no image
   coherence, helpfulness or reference and its overall is the mean of the other five (column "of").
-- reference (M2RAG's public evaluation code, to compare with the paper): every judge score read
-  as the last integer in the judge's raw text, a RAGAS NaN or failure as 1.0, image recall as the
-  count of input images scored >= 8 that the answer used, and the overall left undefined (NaN
-  there) when any metric is, e.g. when no image was output; a failed judge call without an
-  integer is missing (the public code would stop).
-The count version of image recall is also printed beside the strict table.
+- reference (M2RAG's public evaluation code, to compare with the paper): every judge score the
+  `score` field of the judge's JSON answer clamped to 0-10 (a failed call without a judge's JSON
+  answer yields none), faithfulness without statements 1.0 (the public clamp of RAGAS's NaN),
+  image recall as the count of input images scored >= 8 that the answer used (1.0 when none is),
+  and the overall left undefined (NaN there) when any metric is, e.g. when no image was output.
+Both: context precision without contexts is 0 (RAGAS). Each table also has the two lines the
+public evaluate.py prints (Text Avg.: the four text metrics; Multi-modal P. Avg.: coherence,
+helpfulness, reference). The count version of image recall is printed beside the strict table.
+Figure 3: per topic (responses' `topic`), each system's overall over that topic's queries and
+their average over the systems, in both modes.
 
 Inputs: responses, judgements (one file per model and approach each).
 Outputs: report (markdown), db (DuckDB: responses, judgements, scores (per response, both modes),
-summary (per model, approach, mode, metric)).
+summary (per model, approach, mode, metric; also text_average, image_precision_average), topics
+(per topic, mode and system: the overall; system "average": Figure 3's value)).
 Invariant: the DuckDB file's responses and judgements tables hold every input row (checked on the
 written file before it is moved into place); the stage writes no table (0 = 0).
 Params: title.
@@ -28,22 +33,26 @@ from __future__ import annotations
 
 import json
 
-from stages.core.m2rag_eval import METRICS, aggregate, response_scores
+from stages.core.m2rag_eval import METRICS, aggregate, by_topic, response_scores
 from stages.core.release import check_row_counts, load_parquet, md_table, portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "1"
+VERSION = "2"
 LABELS = {"fluency": "Flu.", "relevance": "Rel.", "context_precision": "CP.", "faithfulness": "Faith.", "image_coherence": "Coher.",
           "image_helpfulness": "Help.", "image_reference": "Ref.", "image_recall": "Recall"}
 NOTES = {
     "strict": "Strict (ours): a failed judge call is missing, never 0; \"(k missing)\" counts the queries or images left out. "
-              "Recall is the Figure 22 judge's. Overall = mean of the eight metrics that are defined; a system that output no "
-              "image has no Coher./Help./Ref. and its overall is the mean of the other five (column \"of\").",
-    "reference": "Reference-compatible (M2RAG's public evaluation code): judge scores read as the last integer of the judge's text "
-                 "(\"8/10\" -> 10), a RAGAS NaN or failure as 1.0, Recall = input images scored >= 8 that the answer used, and the "
-                 "overall undefined (n/a) when any metric is, e.g. with no output image. A failed judge call with no integer in its "
-                 "text is missing here too (the public code stops on it).",
+              "Faith. without statements is missing (RAGAS NaN), CP. without contexts 0 (RAGAS). Recall is the Figure 22 judge's. "
+              "Overall = mean of the eight metrics that are defined; a system that output no image has no Coher./Help./Ref. and its "
+              "overall is the mean of the other five (column \"of\"). Text avg. and Img. P. avg. (the lines the public evaluate.py "
+              "prints) are means of the defined metrics of each group.",
+    "reference": "Reference-compatible (M2RAG's public evaluate.py and evaluator): each judge score is the `score` field of the "
+                 "judge's JSON answer clamped to 0-10, then /10 (a score of 12 is 1.0); a call that failed without a judge's JSON "
+                 "answer yields no score (missing, as in strict). Faith. without statements is 1.0 (the public code clamps RAGAS's "
+                 "NaN to 1), CP. without contexts 0. Recall = the share of the input images scored >= 8 that the answer used, 1.0 "
+                 "when no input image is scored >= 8. The overall, Text avg. and Img. P. avg. are undefined (n/a) when any of their "
+                 "metrics is, e.g. with no output image (numpy's NaN).",
 }
 
 
@@ -57,10 +66,12 @@ def run(ctx):
     for j in ctx.read_rows("judgements"):
         judgements.setdefault(j["response_id"], []).append(j)
     systems: dict[tuple[str, str], list[dict]] = {}
+    topics: dict[tuple[str, str], list[tuple[str, dict]]] = {}
     score_rows = []
     for r in responses:
         scores = response_scores(r, judgements.get(r["id"], []))
         systems.setdefault((r["model"], r["approach"]), []).append(scores)
+        topics.setdefault((r["model"], r["approach"]), []).append((r.get("topic") or "(no topic)", scores))
         score_rows.append({"response_id": r["id"], "model": r["model"], "approach": r["approach"], "query_id": r["query_id"],
                            "output_images": len(r["output_images"]), "unresolved": len(r["unresolved"]),
                            "strict_json": json.dumps(scores["strict"]), "reference_json": json.dumps(scores["reference"])})
@@ -73,6 +84,10 @@ def run(ctx):
                     "unresolved int, strict json, reference json)")
         con.executemany("insert into scores values (?, ?, ?, ?, ?, ?, ?, ?)", [list(s.values()) for s in score_rows])
         con.execute("create table summary (model varchar, approach varchar, scoring varchar, metric varchar, value double, missing int)")
+        con.execute("create table topics (topic varchar, scoring varchar, model varchar, approach varchar, overall double)")
+        con.executemany("insert into topics values (?, ?, ?, ?, ?)", [
+            [topic, mode, *system, value] for mode in ("strict", "reference") for topic, entry in by_topic(topics, mode).items()
+            for system, value in [*entry["systems"].items(), (("average", None), entry["average"])]])
         con.executemany("insert into summary values (?, ?, ?, ?, ?, ?)", [
             [m, a, mode, metric, value, agg.get(f"{metric}_missing", 0)]
             for (m, a, mode), agg in summary.items() for metric, value in agg.items() if not metric.endswith("_missing")])
@@ -85,14 +100,25 @@ def run(ctx):
             "select model, approach, mode, count(*) from judgements where metric like 'image%' group by all").fetchall())
     tables = []
     for mode in ("strict", "reference"):
-        headers = ["Model", "Approach", *LABELS.values(), "Overall", "of"] + (["Recall (count >= 8)"] if mode == "strict" else [])
+        headers = ["Model", "Approach", *LABELS.values(), "Overall", "of", "Text avg.", "Img. P. avg."] + (
+            ["Recall (count >= 8)"] if mode == "strict" else [])
         rows = []
         for (m, a, md), agg in summary.items():
             if md != mode:
                 continue
-            rows.append([m, a, *[fmt(agg[k], agg.get(f"{k}_missing", 0)) for k in METRICS], fmt(agg["overall"]), agg["overall_over"]]
+            rows.append([m, a, *[fmt(agg[k], agg.get(f"{k}_missing", 0)) for k in METRICS], fmt(agg["overall"]), agg["overall_over"],
+                         fmt(agg["text_average"]), fmt(agg["image_precision_average"])]
                         + ([fmt(agg["image_recall_count"], agg["image_recall_count_missing"])] if mode == "strict" else []))
         tables += [f"## Results (cf. Table 2), {mode} scoring", NOTES[mode], md_table(headers, rows)]
+    systems_order = sorted(systems)
+    for mode in ("strict", "reference"):
+        per_topic = by_topic(topics, mode)
+        tables += [f"## Overall score by topic (cf. Figure 3), {mode} scoring",
+                   "Per topic (the category a query was sampled for), each system's overall over that topic's queries and their "
+                   "average over the systems (Figure 3 plots the average).",
+                   md_table(["Topic", *[f"{m} / {a}" for m, a in systems_order], "Average"],
+                            [[topic, *[fmt(entry["systems"].get(s)) for s in systems_order], fmt(entry["average"])]
+                             for topic, entry in sorted(per_topic.items())])]
     markdown = "\n\n".join([
         f"# {ctx.params['title']}",
         "Metrics of m2rag.txt §6 (App. D), each a judge score normalised to 0-1. Flu. fluency, Rel. relevance (Figures 17-18, on the "

@@ -4,20 +4,27 @@ For each (instance, setting) the retrieved documents of all queries, in (query, 
 repeats once, are numbered 1..n and shown with the question and its images; the model answers with
 inline citations "[k]". Methods:
 - `vanilla` (Table 16): answer in paragraph form, a citation at the end of every sentence;
-- `cot` (Table 17): <thinking> (relevant documents, what they say) before the answer; the block is
-  removed before scoring (`answer`), the raw output kept (`raw`);
+- `cot` (Table 17): <thinking> (relevant documents, what they say) before the answer;
 - `vanilla_ke`, `cot_ke` (Table 18 first, §5.2): the model extracts the facts of each document
   alone, without the question or image; the answer is then written from the numbered extractions
   (the same numbers), while groundedness is still judged against the original documents.
-Sampling as App. C.1: temperature 0.7, top-p 0.95, seeded (the llm section's seed), max tokens a
-param. A text-only model (`vision` false) reads an image document through its text stand-in and
+A <thinking> block is removed from every method's answer before scoring (`answer`; the seed's
+generation strips it whatever the method), the raw output kept (`raw`). Sampling as App. C.1:
+temperature 0.7, top-p 0.95, seeded (the llm section's seed), max tokens a param. A text-only model (`vision` false) reads an image document through its text stand-in and
 is told it does not see the question image; a vision model gets the images, longer side scaled
 to `max_image_side` pixels. One response per (instance, setting, method).
 
+A failed generation is a response, not a reject: the answer call failed (invalid or empty after
+the retries, a backend error) or, for +KE, a Table 18 call failed for one of its documents. Its
+`error` says why, `answer` is empty and `raw` keeps what came back; the scores count it as the
+paper would (strict: an empty answer, 0 everywhere; reference: the public code's "Error" answer,
+see stages.core.mavis_eval.reference_scores). Each response also records how many of the
+instance's gold documents (entailed in `fact_documents`) are text and image: the public MAUVE
+keeps instances with both.
+
 Inputs: retrieved (mavis_eval_retrieved), release.
 Outputs: responses (mavis_eval_responses).
-Rejects (per response): invalid_answer (the answer call failed; raw kept), extraction_failed (a
-Table 18 call failed for one of the documents), missing_image.
+Rejects (per response): missing_image (a question image of the release is not in its folder).
 Params: model, llm, vision, methods, temperature, top_p, max_tokens, extract_max_tokens, max_image_side.
 """
 from __future__ import annotations
@@ -27,10 +34,10 @@ import collections
 from stages.core.ids import content_id
 from stages.core.images import ImageStore
 from stages.core.llm import LLMClient, LLMRequest, sees_images
-from stages.core.mavis_eval import METHODS, load_release, model_image, question_images, release_folder, remove_thinking
+from stages.core.mavis_eval import METHODS, load_release, model_image, positives, question_images, release_folder, remove_thinking
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "1"
+VERSION = "2"
 PROMPTS = {"vanilla": "mavis_eval_vanilla", "cot": "mavis_eval_cot"}
 EXTRACT = "mavis_eval_extract"
 
@@ -70,6 +77,7 @@ def run(ctx):
     docs = {d["doc_id"]: d for d in release["documents"]}
     image_rows = {r["sha256"]: r for r in release["images"]}
     instances = {r["id"]: r for r in release["instances"]}
+    gold = positives(release)
     vision = sees_images(params)
     groups: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
     for row in ctx.read_rows("retrieved"):
@@ -91,7 +99,9 @@ def run(ctx):
                 row = {"id": content_id("mresp", params["model"], instance_id, setting, method), "model": params["model"],
                        "instance_id": instance_id, "setting": setting, "method": method, "question": instance["question"],
                        "gold_answer": instance["answer"], "retriever": rows[0]["retriever"], "vision": vision,
-                       "documents": numbered_documents(rows, docs), "raw": None, "answer": None, "finish_reason": None}
+                       "documents": numbered_documents(rows, docs), "raw": None, "answer": None, "finish_reason": None, "error": None,
+                       **{f"positive_{m}_documents": sum(1 for d in gold.get(instance_id, ()) if docs.get(d, {}).get("modality") == m)
+                          for m in ("text", "image")}}
                 with ctx.item(row["id"]):
                     question_imgs = [model_image(store, folder, r, params["max_image_side"])
                                      for r in question_images(instance, release["images"])] if vision else []
@@ -112,14 +122,16 @@ def run(ctx):
         extractions = dict(zip(sorted(needed), client.run(extract_requests, desc=f"extract {params['model']}")))
         ready, requests = [], []
         for row, question_imgs in tasks:
+            ke = row["method"].endswith("_ke")
+            if ke:
+                failed = [d["doc_id"] for d in row["documents"] if not extractions[d["doc_id"]].ok]
+                if failed:
+                    first = extractions[failed[0]]
+                    failed_generation(ctx, row, f"extraction_failed: Table 18 failed for {failed}: {first.error}", first.raw)
+                    continue
+                for d in row["documents"]:
+                    d["extraction"] = extractions[d["doc_id"]].value
             with ctx.item(row["id"], counted=False):
-                ke = row["method"].endswith("_ke")
-                if ke:
-                    failed = [d["doc_id"] for d in row["documents"] if not extractions[d["doc_id"]].ok]
-                    if failed:
-                        raise Reject("extraction_failed", f"Table 18 failed for {failed}: {extractions[failed[0]].detail}")
-                    for d in row["documents"]:
-                        d["extraction"] = extractions[d["doc_id"]].value
                 views, images = shown(row["documents"], vision, image_of, ke)
                 requests.append(LLMRequest(
                     id=row["id"], prompt=PROMPTS[row["method"].removesuffix("_ke")], images=question_imgs + images,
@@ -128,14 +140,21 @@ def run(ctx):
                 ready.append(row)
         answers = client.run(requests, desc=f"answers {params['model']}")
         for row, answer in zip(ready, answers):
-            with ctx.item(row["id"], counted=False):
-                if not answer.ok:
-                    raise Reject("invalid_answer", answer.detail)
-                row["raw"] = answer.value
-                row["answer"] = remove_thinking(answer.value) if row["method"].startswith("cot") else answer.value.strip()
-                row["finish_reason"] = answer.finish_reason
-                ctx.stats["truncated"] += answer.finish_reason == "length"
-                ctx.write("responses", [row])
+            if not answer.ok:
+                failed_generation(ctx, row, answer.error, answer.raw)
+                continue
+            row["raw"] = answer.value
+            row["answer"] = remove_thinking(answer.value)
+            row["finish_reason"] = answer.finish_reason
+            ctx.stats["truncated"] += answer.finish_reason == "length"
+            ctx.write("responses", [row])
+
+
+def failed_generation(ctx, row: dict, error: str, raw: str | None) -> None:
+    """A response whose generation failed: kept with its reason, an empty answer and what came back."""
+    row.update(error=error, raw=raw or "", answer="")
+    ctx.stats["failed_generations"] += 1
+    ctx.write("responses", [row])
 
 
 STAGE = Stage(

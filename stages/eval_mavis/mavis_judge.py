@@ -1,22 +1,37 @@
 """The judge of the MAVIS evaluation (mavis.txt §4.1-4.2, App. B.1, Tables 12-14): every answer is
-split into sentences with their citations, then judged for completeness, relevance and support.
+split into statements with their citations and judged for completeness, relevance and support,
+once as the paper describes it (strict) and once as MAVIS's public scripts do it (reference).
 
+strict (rows with scoring "strict"; sentences with statement_set "strict"):
 - Sentences (§4.2 "pair each sentence with its cited documents"): blingfire sentences of the scored
-  answer (CoT's thinking already removed); a sentence made only of markers joins the one before;
+  answer (<thinking> already removed); a sentence made only of markers joins the one before;
   citations "[k]" parsed by stages.core.mavis_eval.parse_citations (numbers outside 1..n kept apart
   as `unknown`, duplicates once, every number as written in `written`). Judges read the sentence
   without its markers (`statement`).
-- Completeness (Table 13): one call per gold fact of the instance, with the whole answer.
+- Completeness (Table 13): one call per gold fact of the instance, with the whole answer (markers removed).
 - Relevance (Table 14): one call per sentence, with the question and its image(s).
 - Support (Table 12): per sentence with citations, one call with all its cited documents together
   (recall), and one per cited document alone (precision); a sentence with one citation asks the
-  same call once. Documents are the originals (also for +KE answers); an image document goes to a
-  judge that sees images as an image, else as its text stand-in (rows record `doc_modality` and
-  the judge's `vision`).
-Labels fully / partially / not become 1 / 0.5 / 0. A failed judge call (invalid after retries) is a
-row with ok false and no score: the score stage treats it as missing, never as 0. An empty answer
-asks nothing: its facts get "not addressed" rows without a call (raw says so), and it scores 0
-(see response_scores).
+  same call once.
+reference (rows with scoring "reference"), on `reference_answer` (the raw output after its last
+"</thinking>" and "answer is:"):
+- statements as the public code extracts them (stages.core.mavis_eval.reference_statements):
+  statement_set "reference_grounding" (groundedness.py) and "reference_relevance" (relevance.py);
+  citations as groundedness.py reads them (`reference_citations`: duplicates kept, numbers past
+  n dropped, " 0" the last document), kept in `cited` with duplicates;
+- completeness per fact with the answer as the public code shows it (citations kept);
+- relevance per relevance statement with the question and the gold answer, no image
+  (prompts/mavis_eval_relevance_answer.md);
+- support per grounding statement with a cited document: all cited documents together, without
+  the question (as groundedness.py); with two or more citations also each citation alone
+  (`citation` = its position, duplicates are separate calls).
+Identical calls of the two scorings are asked once (the client's cache). Documents are the
+originals (also for +KE answers); an image document goes to a judge that sees images as an image,
+else as its text stand-in (rows record `doc_modality` and the judge's `vision`). Labels fully /
+partially / not become 1 / 0.5 / 0. A failed judge call (invalid after retries) is a row with ok
+false and no score (strict: missing; reference: 0, as the public "Error" label). An answer with
+nothing to judge (empty, or a failed generation) asks no completeness call: its facts get "not
+addressed" rows without a call (raw says so).
 
 Inputs: responses (mavis_eval_responses), release.
 Outputs: judgements (mavis_eval_judgements), sentences (mavis_eval_sentences); neither counted.
@@ -28,25 +43,36 @@ from __future__ import annotations
 from stages.core.ids import content_id
 from stages.core.images import ImageStore
 from stages.core.llm import LLMClient, LLMRequest, sees_images
-from stages.core.mavis_eval import (label_score, load_release, model_image, parse_citations, question_images, release_folder,
-                                    split_sentences, strip_citations)
+from stages.core.mavis_eval import (label_score, load_release, model_image, parse_citations, question_images, reference_answer,
+                                    reference_citations, reference_statements, release_folder, split_sentences, strip_citations)
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "1"
+VERSION = "2"
 PROMPTS = {"completeness": "mavis_eval_completeness", "relevance": "mavis_eval_relevance", "support": "mavis_eval_support",
-           "support_doc": "mavis_eval_support"}
+           "relevance_answer": "mavis_eval_relevance_answer"}
 EMPTY = "(empty answer: not sent to the judge)"
+FAILED = "(failed generation: not sent to the judge)"
+
+
+def _sentence_row(response: dict, statement_set: str, index: int, sentence: str, statement: str, cited, unknown, written) -> dict:
+    return {"id": content_id("msent", response["id"], statement_set, index), "response_id": response["id"], "model": response["model"],
+            "instance_id": response["instance_id"], "setting": response["setting"], "method": response["method"],
+            "statement_set": statement_set, "sentence_index": index, "sentence": sentence, "statement": statement,
+            "cited": cited, "unknown": unknown, "written": written}
 
 
 def sentence_rows(response: dict) -> list[dict]:
+    """The strict sentences, then the reference statements of both sets."""
     n = len(response["documents"])
     rows = []
     for index, sentence in enumerate(split_sentences(response["answer"])):
         cited, unknown, written = parse_citations(sentence, n)
-        rows.append({"id": content_id("msent", response["id"], index), "response_id": response["id"], "model": response["model"],
-                     "instance_id": response["instance_id"], "setting": response["setting"], "method": response["method"],
-                     "sentence_index": index, "sentence": sentence, "statement": strip_citations(sentence),
-                     "cited": cited, "unknown": unknown, "written": written})
+        rows.append(_sentence_row(response, "strict", index, sentence, strip_citations(sentence), cited, unknown, written))
+    answer = reference_answer(response["raw"], response.get("error"))
+    for statement_set, variant in (("reference_grounding", "grounding"), ("reference_relevance", "relevance")):
+        for index, (statement, refs) in enumerate(reference_statements(answer, variant)):
+            cited, dropped, read = reference_citations(refs, n)
+            rows.append(_sentence_row(response, statement_set, index, f"{statement} {refs}".strip(), statement, cited, dropped, read))
     return rows
 
 
@@ -84,7 +110,12 @@ def run(ctx):
             return LLMRequest(id=rid, prompt=PROMPTS["support"], images=images, sampling=sampling,
                               variables={"statement": statement, "question": question, "documents": views})
 
-        keys, requests, empty = [], [], []
+        keys, requests, uncalled = [], [], []
+
+        def ask(key: dict, request: LLMRequest) -> None:
+            keys.append(key)
+            requests.append(request)
+
         for response in ctx.read_rows("responses"):
             ctx.add_input()
             ctx.stats["responses_judged"] += 1
@@ -95,44 +126,64 @@ def run(ctx):
                 raise StageError(f"response {response['id']}: instance {response['instance_id']} is not in the release {folder}")
             base = {"response_id": response["id"], "model": response["model"], "judge": params["judge"],
                     "instance_id": response["instance_id"], "setting": response["setting"], "method": response["method"],
-                    "doc_modality": None, "vision": vision}
-            if not sentences:  # nothing to judge: every fact is not addressed, recorded without a call
-                ctx.stats["empty_answers"] += 1
-                empty.extend({**base, "id": content_id("mj", response["id"], "completeness", None, fact["fact_id"], None),
-                              "kind": "completeness", "sentence_index": None, "fact_id": fact["fact_id"], "doc_number": None,
-                              "label": "not addressed", "score": 0.0, "ok": True, "error": None, "raw": EMPTY}
-                             for fact in facts.get(response["instance_id"], []))
-                continue
-            q_images = [model_image(store, folder, r, params["max_image_side"]) for r in question_images(instance, release["images"])] if vision else []
-            answer = strip_citations(response["answer"])
-            for fact in facts.get(response["instance_id"], []):
-                keys.append({**base, "kind": "completeness", "sentence_index": None, "fact_id": fact["fact_id"], "doc_number": None})
-                requests.append(LLMRequest(id=fact["fact_id"], prompt=PROMPTS["completeness"], sampling=sampling,
-                                           variables={"fact": fact["text"], "response": answer}))
+                    "sentence_index": None, "fact_id": None, "doc_number": None, "citation": None, "doc_modality": None, "vision": vision}
+            failed_generation = bool(response.get("error"))
+            ctx.stats["failed_generations"] += failed_generation
             docs = {d["number"]: d for d in response["documents"]}
-            for s in sentences:
+            by_set = {name: [s for s in sentences if s["statement_set"] == name] for name in ("strict", "reference_grounding", "reference_relevance")}
+            reference = reference_answer(response["raw"], response.get("error"))
+            q_images = None
+            for scoring, text in (("strict", strip_citations(response["answer"])), ("reference", reference)):
+                key = {**base, "scoring": scoring, "kind": "completeness"}
+                nothing = not by_set["strict"] if scoring == "strict" else failed_generation or not reference
+                for fact in facts.get(response["instance_id"], []):  # Table 13
+                    if nothing:  # nothing written (or a failed generation): every fact is not addressed, without a call
+                        uncalled.append({**key, "fact_id": fact["fact_id"], "label": "not addressed", "score": 0.0, "ok": True,
+                                         "error": None, "raw": FAILED if failed_generation else EMPTY})
+                    else:
+                        ask({**key, "fact_id": fact["fact_id"]}, LLMRequest(id=fact["fact_id"], prompt=PROMPTS["completeness"],
+                                                                           sampling=sampling, variables={"fact": fact["text"], "response": text}))
+            ctx.stats["empty_answers"] += not by_set["strict"]
+            for s in by_set["strict"]:
                 i = s["sentence_index"]
-                keys.append({**base, "kind": "relevance", "sentence_index": i, "fact_id": None, "doc_number": None})
-                requests.append(LLMRequest(id=s["id"], prompt=PROMPTS["relevance"], images=q_images, sampling=sampling,
-                                           variables={"question": response["question"], "statement": s["statement"],
-                                                      "question_images": len(q_images), "vision": vision}))
+                if q_images is None:
+                    q_images = [model_image(store, folder, r, params["max_image_side"])
+                                for r in question_images(instance, release["images"])] if vision else []
+                ask({**base, "scoring": "strict", "kind": "relevance", "sentence_index": i},
+                    LLMRequest(id=s["id"], prompt=PROMPTS["relevance"], images=q_images, sampling=sampling,
+                               variables={"question": response["question"], "statement": s["statement"],
+                                          "question_images": len(q_images), "vision": vision}))
                 if not s["cited"]:
                     continue
-                keys.append({**base, "kind": "support", "sentence_index": i, "fact_id": None, "doc_number": None})
-                requests.append(support_request(s["id"], s["statement"], response["question"], [docs[n] for n in s["cited"]]))
+                ask({**base, "scoring": "strict", "kind": "support", "sentence_index": i},
+                    support_request(s["id"], s["statement"], response["question"], [docs[n] for n in s["cited"]]))
                 for n in s["cited"]:
-                    keys.append({**base, "kind": "support_doc", "sentence_index": i, "fact_id": None, "doc_number": n,
-                                 "doc_modality": docs[n]["modality"]})
-                    requests.append(support_request(f"{s['id']}#{n}", s["statement"], response["question"], [docs[n]]))
+                    ask({**base, "scoring": "strict", "kind": "support_doc", "sentence_index": i, "doc_number": n, "doc_modality": docs[n]["modality"]},
+                        support_request(f"{s['id']}#{n}", s["statement"], response["question"], [docs[n]]))
+            for s in by_set["reference_relevance"]:
+                ask({**base, "scoring": "reference", "kind": "relevance", "sentence_index": s["sentence_index"]},
+                    LLMRequest(id=s["id"], prompt=PROMPTS["relevance_answer"], sampling=sampling,
+                               variables={"question": response["question"], "answer": response["gold_answer"], "statement": s["statement"]}))
+            for s in by_set["reference_grounding"]:
+                i, cited = s["sentence_index"], s["cited"]
+                if not cited:
+                    continue
+                ask({**base, "scoring": "reference", "kind": "support", "sentence_index": i},
+                    support_request(s["id"], s["statement"], "", [docs[n] for n in cited]))
+                for j, n in enumerate(cited if len(cited) > 1 else []):
+                    ask({**base, "scoring": "reference", "kind": "support_doc", "sentence_index": i, "doc_number": n, "citation": j,
+                         "doc_modality": docs[n]["modality"]}, support_request(f"{s['id']}#{j}", s["statement"], "", [docs[n]]))
         answers = client.run(requests, desc=f"judge {params['judge']}")
         rows = []
         for key, answer in zip(keys, answers):
             label = answer.value["label"] if answer.ok else None
             ctx.stats["failed_judge_calls"] += not answer.ok
-            rows.append({**key, "id": content_id("mj", key["response_id"], key["kind"], key["sentence_index"], key["fact_id"], key["doc_number"]),
-                         "label": label, "score": label_score(label) if label else None, "ok": answer.ok,
+            rows.append({**key, "label": label, "score": label_score(label) if label else None, "ok": answer.ok,
                          "error": answer.error, "raw": answer.raw})
-        ctx.write("judgements", rows + empty)
+        for row in rows + uncalled:
+            row["id"] = content_id("mj", row["response_id"], row["scoring"], row["kind"], row["sentence_index"], row["fact_id"],
+                                   row["doc_number"], row["citation"])
+        ctx.write("judgements", rows + uncalled)
 
 
 def _invariant(ctx) -> str | None:

