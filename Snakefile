@@ -35,6 +35,12 @@ rule release:
     input:
         W.releases,
         W.catalog,
+        # Every stage output, not only the end products: Snakemake rebuilds a missing intermediate
+        # file only when a job it runs needs it. A rerun (--forcerun, a changed rule) deletes the
+        # job's outputs before it starts; killed then, the job leaves none (a stage commits all or
+        # none), its incomplete marker names files that do not exist (--rerun-incomplete only
+        # takes existing ones), and the older downstream outputs looked up to date.
+        W.catalog_tables("build"),
 
 
 rule catalog:

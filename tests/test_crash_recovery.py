@@ -1,4 +1,5 @@
-"""Kill -9 in the middle of a model stage, then recover with the README's "After a crash" command.
+"""Kill -9 in the middle of a model stage, then recover with the README's "After a crash" command:
+in a first run, and in a rerun forced with --forcerun (the second test).
 
 The M2RAG slice of the demo DAG (harvest_hub_dataset -> filter_queries -> classify_queries ->
 release_m2rag -> catalog, other families disabled) runs in a private workflow copy with the
@@ -141,6 +142,59 @@ def test_kill_mid_model_stage_then_the_readme_crash_command(tmp_path):
               f"cache hits of the killed filter jobs {hits}; total {time.monotonic() - started:.0f}s")
     finally:
         for proc in procs:  # nothing of this test outlives it
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def test_kill_under_forcerun_then_the_readme_crash_command(tmp_path):
+    """A complete run, then `--forcerun filter_queries` killed while the rule runs: Snakemake has
+    deleted the rule's outputs (Parquet and rejects) before starting it, the stage had committed
+    nothing, only its older report.json and the older downstream outputs are left. The crash command
+    must rerun the killed rule and everything downstream of it, not say "Nothing to be done"."""
+    work = m2rag_copy(tmp_path / "wf", LIMIT)
+    procs = []
+    try:
+        first = shell("snakemake --cores 2 release", work)
+        procs.append(first)
+        out = finish(first, 900)
+        assert first.returncode == 0, out[-4000:]
+        version = release_version(work)
+        filtered = [work / RUN / "filter_queries" / f"filtered_queries.{s}.parquet" for s in SHARDS]
+        classified = [work / RUN / "classify_queries" / f"classified_queries.{s}.parquet" for s in SHARDS]
+        built_at = max(p.stat().st_mtime for p in classified)
+        (work / "data/cache/llm.sqlite").unlink()  # the forced rule asks the model again, so it runs long enough to be killed
+        for log in (work / "data/runs/demo/logs/m2rag").glob("filter_queries.*.log"):
+            log.unlink()
+
+        forced = shell("snakemake --cores 2 release --forcerun filter_queries", work)
+        procs.append(forced)
+        deadline = time.monotonic() + 600
+        while not (calls_done(work) >= 1 and not any(p.exists() for p in filtered)):
+            assert forced.poll() is None, f"the forced run ended before it could be killed:\n{forced.communicate()[0][-3000:]}"
+            assert time.monotonic() < deadline, "no model call of the forced rule in time"
+            time.sleep(0.05)
+        os.killpg(forced.pid, signal.SIGKILL)
+        forced.wait()
+        # what the kill left: no output, no rejects sidecar, the older report beside them, older downstream tables
+        assert not any(p.exists() or Path(f"{p}.rejects.parquet").exists() for p in filtered)
+        assert all(Path(f"{p}.report.json").exists() for p in filtered) and all(p.exists() for p in classified)
+
+        recover = shell(crash_command(), work)
+        procs.append(recover)
+        out = finish(recover, 900)
+        assert recover.returncode == 0, out[-4000:]
+        assert "Nothing to be done" not in out, out[-3000:]
+        assert all(p.exists() and Path(f"{p}.rejects.parquet").exists() for p in filtered)
+        assert all(Path(f"{p}.report.json").stat().st_mtime > built_at for p in filtered)  # the stale report replaced
+        assert all(p.stat().st_mtime > built_at for p in classified), "the tables downstream of the killed rule were not rebuilt"
+        assert min(p.stat().st_mtime for p in classified) >= max(p.stat().st_mtime for p in filtered)
+        assert (work / RUN / "release_m2rag/release.json").stat().st_mtime > built_at
+        assert release_version(work) == version  # the same model answers: the same release
+        leftovers = [p for p in (work / "data").rglob("*") if p.name.startswith(".") or p.name.endswith(".tmp")]
+        assert leftovers == []
+    finally:
+        for proc in procs:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()

@@ -6,6 +6,7 @@ import gzip
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from pytest_httpserver import HTTPServer
@@ -14,6 +15,7 @@ from werkzeug import Response
 from stages.core.fetch import AddressGuard, Fetcher, FetchError, FetchSettings, load_archive
 
 LOCAL = ("127.0.0.1/32",)
+SAMPLE_WARC = Path(__file__).resolve().parents[1] / "data/samples/reddit/images.warc.gz"
 
 
 def settings(**overrides) -> FetchSettings:
@@ -164,8 +166,10 @@ def test_size_cap_and_content_type(httpserver: HTTPServer):
 
 def test_bad_urls():
     with Fetcher(settings()) as fetcher:
-        for url in ("ftp://example.org/x", "file:///etc/passwd", "http:///nohost", "http://127.0.0.1:99999/"):
+        for url in ("ftp://example.org/x", "file:///etc/passwd", "http:///nohost", "http://127.0.0.1:99999/", "http://[::1", "http://[zz::1]/", 42, None):
             assert fail_reason(fetcher, url) == "bad_url", url
+    with Fetcher(settings(mode="replay", replay_warcs=(str(SAMPLE_WARC),))) as replaying:
+        assert fail_reason(replaying, "http://[::1") == "bad_url"  # the same reason offline
 
 
 def test_settings_reject_unknown_keys_and_bad_values():

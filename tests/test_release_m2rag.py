@@ -145,3 +145,24 @@ def test_benchmark_tables_jsonl_and_table4_equal_duckdb_queries(tmp_path):
     assert jsonl_aux == sorted(con.execute("select query_id, rank, url, sha256, score, caption, selected from aux_images").fetchall())
     image = first["pages"][0]["elements"][1]
     assert image["kind"] == "image" and image["placeholder"] == 1 and image["mode"] == "text_stand_in" and image["url"].startswith("https://i.example/")
+
+
+def test_a_rebuild_of_the_same_version_is_byte_identical(tmp_path):
+    """Every file of the release, benchmark.duckdb included, whatever thread finished first: the
+    queries table spans two DuckDB row groups (122,880 rows each)."""
+    shard = tmp_path / "c.00000.parquet"
+    write_table(shard, [row(i, [1 + i % 2]) for i in range(130_000)], "m2rag_classified_queries")
+    rejects = tmp_path / "none.rejects.parquet"
+    pq.write_table(REJECTS_SCHEMA.empty_table(), rejects)
+    folders = []
+    for n in range(2):
+        manifest = tmp_path / f"release{n}.json"
+        run_stage("release_m2rag", "--input", f"queries={shard}", "--input", f"rejects={rejects}", "--output", f"manifest={manifest}",
+                  "--params", json.dumps({"name": "m2rag-test", "releases_dir": str(tmp_path / f"rel{n}"), "categories": CATEGORIES}))
+        folders.append(Path(json.loads(manifest.read_text())["path"]))
+    files = [sorted(p.relative_to(f) for p in f.rglob("*") if p.is_file()) for f in folders]
+    assert files[0] == files[1] and Path("benchmark.duckdb") in files[0]
+    for name in files[0]:
+        assert (folders[0] / name).read_bytes() == (folders[1] / name).read_bytes(), name
+    con = duckdb.connect(str(folders[0] / "benchmark.duckdb"), read_only=True)
+    assert con.execute("select count(*) from queries").fetchone()[0] == 130_000

@@ -366,6 +366,7 @@ class Fetcher:
         self._count("fetches")
         limit = max_bytes or self.settings.max_bytes
         try:
+            parse_url(url)  # a url that does not parse (`http://[::1`) is this url's bad_url, in every mode
             if self.settings.mode == "replay":
                 return self._replay(url, accept, limit)
             return self._live(url, accept, headers or {}, limit)
@@ -378,7 +379,7 @@ class Fetcher:
         redirects. Never recorded, as it carries credentials; a replay sends nothing, so refuses it."""
         if self.settings.mode == "replay":
             raise FetchError("not_in_archive", f"POST {url}: a replay sends no requests")
-        parts = _parse(url)
+        parts = parse_url(url)
         self.guard.check_host(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
 
         def attempt() -> requests.Response:
@@ -393,7 +394,7 @@ class Fetcher:
         except RetriesExhausted as err:
             reason = f"http_{err.last_status}" if err.last_status is not None else "connection_error"
             raise FetchError(reason, f"POST {url}: {err}") from None
-        except requests.RequestException as err:
+        except (requests.RequestException, ValueError) as err:
             raise FetchError("bad_response", f"POST {url}: {type(err).__name__}: {err}") from None
         return Fetched(url, url, response.status_code, {k.lower(): v for k, v in response.headers.items()}, data)
 
@@ -403,7 +404,7 @@ class Fetcher:
         origin = _origin(url)
         for hop in range(self.settings.max_redirects + 1):
             try:
-                parts = _parse(current)
+                parts = parse_url(current)
                 self.guard.check_host(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
                 status, reason, headers, body = self._get(current, accept, extra_headers if _origin(current) == origin else {}, limit)
             except FetchError as err:
@@ -414,7 +415,7 @@ class Fetcher:
                 self.recorder.response(current, status, reason, headers, body)
             lower = {k.lower(): v for k, v in headers}
             if status in REDIRECTS and "location" in lower:
-                current = urljoin(current, lower["location"])
+                current = _redirect(current, lower["location"])
                 continue
             if status >= 400:
                 raise FetchError(f"http_{status}", f"{current}: HTTP {status} {reason}", body)
@@ -457,7 +458,7 @@ class Fetcher:
                 raise
             except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema, requests.exceptions.MissingSchema) as err:
                 raise FetchError("bad_url", f"{url}: {err}") from None
-            except requests.RequestException as err:  # undecodable gzip, a malformed header...
+            except (requests.RequestException, ValueError) as err:  # undecodable gzip, a malformed header, a Location that does not parse...
                 raise FetchError("bad_response", f"{url}: {type(err).__name__}: {err}") from None
             return response
 
@@ -504,7 +505,7 @@ class Fetcher:
             if recorded.failure:
                 raise FetchError(*recorded.failure)
             if recorded.status in REDIRECTS and "location" in recorded.headers:
-                current = urljoin(current, recorded.headers["location"])
+                current = _redirect(current, recorded.headers["location"])
                 continue
             if recorded.status >= 400:
                 raise FetchError(f"http_{recorded.status}", f"{current}: HTTP {recorded.status} (replayed)", recorded.body[:ERROR_BODY_BYTES])
@@ -525,14 +526,25 @@ def _origin(url: str) -> tuple[str, str]:
     return parts.scheme, parts.netloc.lower()
 
 
-def _parse(url: str):
+def _redirect(current: str, location: str) -> str:
+    """The url a redirect's Location points to; a Location that does not parse is a bad_response."""
+    try:
+        return urljoin(current, location)
+    except ValueError as err:
+        raise FetchError("bad_response", f"{current}: redirect to {location[:300]!r}: {err}") from None
+
+
+def parse_url(url: str):
+    """The url's parts if it is an http(s) url with a host that parses, else FetchError bad_url."""
+    if not isinstance(url, str):
+        raise FetchError("bad_url", f"{url!r}: a url must be a string, not {type(url).__name__}")
     try:
         parts = urlsplit(url)
         parts.port  # raises ValueError on a bad port
     except ValueError as err:
-        raise FetchError("bad_url", f"{url!r}: {err}") from None
+        raise FetchError("bad_url", f"{url[:300]!r}: {err}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise FetchError("bad_url", f"{url!r}: only http(s) URLs with a host are fetched")
+        raise FetchError("bad_url", f"{url[:300]!r}: only http(s) URLs with a host are fetched")
     return parts
 
 

@@ -30,13 +30,15 @@ STARTED = time.time()  # temps older than this process are a killed run's
 
 
 # DuckDB files we hand to people (releases, the catalog) are written in a storage format that
-# older DuckDB readers, the duckdb CLI included, can open.
-PORTABLE_STORAGE = "v1.4.0"
+# older DuckDB readers, the duckdb CLI included, can open. v1.3.0 is also the newest format whose
+# file header holds nothing random: from v1.4.0 on, DuckDB writes a random 16-byte database
+# identifier (and a checksum over it) into every new file, so two identical builds would differ.
+PORTABLE_STORAGE = "v1.3.0"
 
 
-def connect_portable(path: str | os.PathLike) -> duckdb.DuckDBPyConnection:
-    """A connection that creates `path` in the portable storage format."""
-    return duckdb.connect(str(path), config={"storage_compatibility_version": PORTABLE_STORAGE})
+def connect_portable(path: str | os.PathLike, **config) -> duckdb.DuckDBPyConnection:
+    """A connection that creates `path` in the portable storage format (plus DuckDB `config`)."""
+    return duckdb.connect(str(path), config={"storage_compatibility_version": PORTABLE_STORAGE, **config})
 
 
 @contextmanager
@@ -111,6 +113,9 @@ def write_release(
     """Assemble the release folder atomically and return its final path.
 
     `extra(folder)` may add seed-format exports (e.g. JSONL plus images) inside the temp folder.
+    benchmark.duckdb is byte-identical for identical tables: written in PORTABLE_STORAGE (no random
+    identifier) by one thread (parallel inserts lay out row groups in the order threads finish),
+    under the same name (DuckDB stores the catalog's name, taken from the file's, inside it).
     """
     final = Path(releases_dir) / name / version
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -118,7 +123,7 @@ def write_release(
     tmp = Path(tempfile.mkdtemp(prefix=f".{version}.", suffix=".tmp", dir=final.parent))
     try:
         (tmp / "parquet").mkdir()
-        con = connect_portable(tmp / "benchmark.duckdb")
+        con = connect_portable(tmp / "benchmark.duckdb", threads=1)
         try:
             for table_name, table in tables.items():
                 pq.write_table(table, tmp / "parquet" / f"{table_name}.parquet", compression="zstd")

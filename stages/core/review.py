@@ -2,8 +2,17 @@
 control; App. C.1-C.2): a stage exports a CSV sheet with one row per item and the columns a
 reviewer fills in; the edited copy, named in the config, is read back by the stage that honours it.
 One writer and one reader for every sheet, so every sheet has the same rules: UTF-8 CSV with a
-header, the key column names the item, filled columns are checked and a bad value fails naming the
-file, the line and the item.
+header (a byte-order mark, as spreadsheets save "CSV UTF-8", is read too), the key column names the
+item, filled columns are checked and a bad value fails naming the file, the line and the item. A
+file that is not such a CSV (another encoding, binary data, a field past MAX_FIELD_CHARS, a broken
+quote) fails with one line naming the file and where.
+
+Sheets are opened in spreadsheets, which run a cell that starts with = + - @ (or a tab or carriage
+return) as a formula: a record's text such as `=HYPERLINK(...)` would become a live link or worse
+(CSV/formula injection). The writer neutralises such a text value the way the OWASP guidance says,
+with a leading apostrophe (the spreadsheets' mark for "this is text"); numbers such as -3 are left
+alone. The reader removes that apostrophe exactly where the writer adds one, so writing a value and
+reading it back gives the value again.
 
 - quality_control exports `review_sheet.csv` (decision keep | reject), release_mcitebench reads it;
 - pair_evidence exports `pairing_sheet.csv` (elements: element ids to use instead of the parser's
@@ -16,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
@@ -24,34 +34,77 @@ from .stage import StageError
 from .tables import atomic_write_bytes
 
 
+MAX_FIELD_CHARS = 1 << 24  # one cell; csv's own default (128 KiB) is less than some evidence texts
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _quoted_by_writer(value: str) -> bool:
+    """Whether the writer puts an apostrophe before `value`: it starts like a formula (after any
+    apostrophes already there, so that a value that itself begins with one survives the reader)."""
+    rest = value.lstrip("'")
+    return rest.startswith(_FORMULA_START) and not _NUMBER.fullmatch(rest)
+
+
+def escape_cell(value):
+    """A value as written into a sheet: text that a spreadsheet would run as a formula gets a
+    leading apostrophe; anything else (numbers, other text) is written as it is."""
+    return "'" + value if isinstance(value, str) and _quoted_by_writer(value) else value
+
+
+def unescape_cell(value: str) -> str:
+    """A cell as read from a sheet: the writer's apostrophe removed, exactly where it put one."""
+    return value[1:] if value.startswith("'") and _quoted_by_writer(value[1:]) else value
+
+
 def write_sheet(path: str | Path, columns: list[str], rows: list[dict]) -> None:
-    """The sheet, written atomically (a reader never sees half a file)."""
+    """The sheet, formula-like text neutralised, written atomically (a reader never sees half a file)."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns)
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({k: escape_cell(v) for k, v in row.items()} for row in rows)
     atomic_write_bytes(str(path), buf.getvalue().encode("utf-8"))
+
+
+def read_csv(path: str | Path) -> tuple[list[str], list[dict]]:
+    """A sheet's header and rows (values unescaped, missing cells ""), or StageError in one line
+    naming the file and what is wrong with it."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise StageError(f"review sheet {path}: {err.strerror or err}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise StageError(f"review sheet {path}: not UTF-8 (byte 0x{data[err.start]:02x} on line {line}): save it as CSV UTF-8") from None
+    nul = text.find("\x00")
+    if nul >= 0:
+        raise StageError(f"review sheet {path}: a NUL byte on line {text.count(chr(10), 0, nul) + 1}: binary data, not a CSV sheet")
+    csv.field_size_limit(max(csv.field_size_limit(), MAX_FIELD_CHARS))
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader, [])
+        rows = [{c: unescape_cell(v) for c, v in zip(header, values)} | {c: "" for c in header[len(values):]} for values in reader if values]
+    except csv.Error as err:
+        raise StageError(f"review sheet {path}, line {reader.line_num}: not a readable CSV ({err})") from None
+    return header, rows
 
 
 def read_sheet(path: str | Path, key: str, required: list[str], check: Callable[[dict], str | None] | None = None) -> list[dict]:
     """The rows of an edited sheet (each with its `line` number); fails naming the file and line
-    when a required column is absent or `check(row)` returns a problem."""
-    try:
-        fh = open(path, newline="", encoding="utf-8")
-    except OSError as err:
-        raise StageError(f"review sheet {path}: {err}") from None
-    with fh:
-        reader = csv.DictReader(fh)
-        absent = [c for c in [key, *required] if c not in (reader.fieldnames or [])]
-        if absent:
-            raise StageError(f"review sheet {path}: needs columns {[key, *required]}, lacks {absent} (has {reader.fieldnames})")
-        rows = []
-        for line, row in enumerate(reader, start=2):
-            row = {k: (v or "").strip() for k, v in row.items() if k is not None}
-            problem = check(row) if check else None
-            if problem:
-                raise StageError(f"review sheet {path}, line {line} ({row[key]}): {problem}")
-            rows.append({**row, "line": line})
+    when the file is not a UTF-8 CSV, a required column is absent or `check(row)` returns a problem."""
+    header, raw = read_csv(path)
+    absent = [c for c in [key, *required] if c not in header]
+    if absent:
+        raise StageError(f"review sheet {path}: needs columns {[key, *required]}, lacks {absent} (has {header})")
+    rows = []
+    for line, row in enumerate(raw, start=2):
+        row = {k: v.strip() for k, v in row.items()}
+        problem = check(row) if check else None
+        if problem:
+            raise StageError(f"review sheet {path}, line {line} ({row[key]}): {problem}")
+        rows.append({**row, "line": line})
     return rows
 
 

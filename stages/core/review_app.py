@@ -17,21 +17,14 @@ the note (Escape leaves it). Images come from the run's catalog (element crops i
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 
 import duckdb
 from flask import Flask, abort, redirect, render_template_string, request, send_file, url_for
 
 from .images import ImageStore
-from .review import SheetKind, sheet_kind, write_sheet
+from .review import SheetKind, read_csv, sheet_kind, write_sheet
 from .stage import StageError
-
-
-def _read_csv(path: Path) -> tuple[list[str], list[dict]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        return list(reader.fieldnames or []), [{k: v or "" for k, v in row.items() if k is not None} for row in reader]
 
 
 class Review:
@@ -39,7 +32,7 @@ class Review:
 
     def __init__(self, sheet: Path, decisions: Path, catalog: Path | None, image_store: Path):
         self.sheet, self.decisions, self.catalog, self.store = sheet, decisions, catalog, ImageStore(image_store)
-        self.columns, _ = _read_csv(sheet)
+        self.columns, _ = read_csv(sheet)
         self.kind: SheetKind = sheet_kind(self.columns)
 
     def key(self, row: dict) -> tuple:
@@ -47,9 +40,9 @@ class Review:
 
     def rows(self) -> list[dict]:
         """The sheet's rows with the decisions file's decision and note (read on every call)."""
-        _, rows = _read_csv(self.sheet)
+        _, rows = read_csv(self.sheet)
         if self.decisions.exists():
-            columns, decided = _read_csv(self.decisions)
+            columns, decided = read_csv(self.decisions)
             missing = [c for c in (*self.kind.key, self.kind.column) if c not in columns]
             if missing:
                 raise StageError(f"decisions file {self.decisions} lacks the columns {missing}")

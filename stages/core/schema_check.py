@@ -100,3 +100,13 @@ def schema_errors(schema: dict, value: Any, root: Path = SCHEMAS, base: str | No
                 yield f"{where}.{key}", f"is unknown (allowed here: {allowed})", err.validator
         else:
             yield where, _problem(err), err.validator
+
+
+def answer_problem(schema: dict, value: Any) -> str | None:
+    """The first way a server's parsed JSON answer breaks `schema` (its API's shape, declared by
+    the client that reads it), as one line: `results.3.url must be str, got int 5`; None when it
+    fits. Every HTTP answer is untrusted input: a client checks it here before reading a field."""
+    for where, problem, _ in schema_errors(schema, value, base=None):
+        line = f"{where.lstrip('.') or 'the answer'} {problem}"
+        return line if len(line) <= 300 else line[:297] + "..."
+    return None

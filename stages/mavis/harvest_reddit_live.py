@@ -31,6 +31,11 @@ resets retried `retry_attempts` times with backoff honouring Retry-After. A post
 still cannot be fetched is the reject comments_unavailable; a listing page or the token that
 cannot be fetched fails the stage, naming the subreddit.
 
+Every answer is untrusted: the session checks a listing, comment tree or morechildren answer
+against the shape praw reads (`ANSWERS`) before praw sees it. A listing page of another shape fails
+the stage naming the subreddit and the field; a comment tree of another shape is the post's reject
+bad_answer. The records' fields are then judged by the harvest rules (bad_field_type...).
+
 Record and replay (`mode`, as the fetch layer's): praw sends through a requests session that in
 `record` writes every answer (after retries; a request that failed them as a failure record) to
 the WARC file `warc` in the fetch layer's archive format (stages/core/fetch.py), and in `replay`
@@ -49,10 +54,11 @@ Reject ids are `reddit:<id>` (`reddit:<post id>:<media id>` for a gallery item),
 `r/<sub>/new:<position>` for a post without a usable id.
 Reject reasons: missing_field, bad_field_type, duplicate, subreddit_not_configured, nsfw,
 no_image, gallery_without_valid_images, not_top_level, post_not_kept (the pushshift rules), and
-comments_unavailable, gallery_item_failed, gallery_item_no_metadata.
+comments_unavailable, bad_answer, gallery_item_failed, gallery_item_no_metadata.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 from datetime import datetime, timezone
@@ -66,6 +72,7 @@ from stages.core.fetch import FetchError, WarcRecorder, load_archive
 from stages.core.ids import shard_of
 from stages.core.reddit_records import comment_fields, image_urls, int_field, post_fields, record_id
 from stages.core.retry import RetriesExhausted, RetryPolicy, with_retries
+from stages.core.schema_check import answer_problem
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "1"
@@ -77,9 +84,65 @@ GALLERY_ITEM_REASONS = ("gallery_item_failed", "gallery_item_no_metadata")
 _ISO_DATE = r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2})?(Z|[+-]\d{2}:\d{2})?)?$"
 
 
-# --- the HTTP session praw sends through: retries, record, replay ----------------------------------
+# --- the HTTP session praw sends through: retries, record, replay, the answers' shape ---------------
 class NotInArchive(Exception):
     """A replayed request the WARC holds no answer for."""
+
+
+class BadAnswer(Exception):
+    """An API answer that is not of the shape praw reads (a listing whose children are numbers, a
+    comment whose id is not a string): praw would fail on it with a TypeError deep inside."""
+
+
+# What praw's objector needs of each answer it turns into objects (JSON Schema): a Listing of
+# things {kind, data}; a post's or comment's subreddit a string (praw builds a Subreddit of it); a
+# comment's id a string and its replies "" or a Listing; a "more comments" stub's ids strings. The
+# records' other fields (title, created_utc...) are the harvest's rules' business
+# (stages/core/reddit_records.py): they reject a post or comment, not the answer.
+_STR = {"type": "string"}
+_THING = {
+    "type": "object", "required": ["kind", "data"], "properties": {"kind": _STR, "data": {"type": "object"}},
+    "allOf": [
+        {"if": {"properties": {"kind": {"const": "t3"}}},
+         "then": {"properties": {"data": {"properties": {"subreddit": _STR}}}}},
+        {"if": {"properties": {"kind": {"const": "t1"}}},
+         "then": {"properties": {"data": {"required": ["id"], "properties": {
+             "id": _STR, "subreddit": _STR, "replies": {"anyOf": [{"const": ""}, {"type": "null"}, {"$ref": "#/$defs/listing"}]}}}}}},
+        {"if": {"properties": {"kind": {"const": "more"}}},
+         "then": {"properties": {"data": {"required": ["id", "children"], "properties": {
+             "id": _STR, "parent_id": _STR, "children": {"type": "array", "items": _STR}}}}}},
+    ],
+}
+_DEFS = {
+    "listing": {"type": "object", "required": ["kind", "data"], "properties": {
+        "kind": {"const": "Listing"},
+        "data": {"type": "object", "required": ["children"], "properties": {
+            "children": {"type": "array", "items": {"$ref": "#/$defs/thing"}}, "after": {"type": ["string", "null"]}}}}},
+    "thing": _THING,
+}
+ANSWERS = {  # request path ending -> the answer's schema
+    "/new": {"$defs": _DEFS, "$ref": "#/$defs/listing"},
+    "/comments": {"$defs": _DEFS, "type": "array", "minItems": 2, "prefixItems": [{"$ref": "#/$defs/listing"}] * 2},
+    "/api/morechildren": {"$defs": _DEFS, "type": "object", "required": ["json"], "properties": {"json": {
+        "type": "object", "properties": {"data": {"type": "object", "properties": {"things": {"type": "array", "items": {"$ref": "#/$defs/thing"}}}}}}}},
+}
+
+
+def check_answer(request: requests.PreparedRequest, status: int, body: bytes) -> None:
+    """Raise BadAnswer when a 200 JSON answer to a listing, comment tree or morechildren request
+    is not of the shape praw reads; anything else (an error status, a body that is not JSON) is
+    left to praw, which has its own errors for those."""
+    path = urlsplit(request.url).path.rstrip("/")
+    kind = "/comments" if "/comments/" in path else next((k for k in ANSWERS if path.endswith(k)), None)
+    if status != 200 or kind is None:
+        return
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return
+    problem = answer_problem(ANSWERS[kind], answer)
+    if problem:
+        raise BadAnswer(f"{request.method} {path}: the answer is not of the API's shape: {problem}")
 
 
 def exchange_key(request: requests.PreparedRequest) -> str:
@@ -129,6 +192,7 @@ class ArchiveSession(requests.Session):
         # again (recording it would answer the url with the 401 in a replay)
         if self.recorder is not None and not is_token and response.status_code != 401:
             self.recorder.response(key, response.status_code, response.reason or "", list(response.headers.items()), response.content)
+        check_answer(request, response.status_code, response.content)  # after recording: a replay fails the same way
         return response
 
     def _replay(self, request: requests.PreparedRequest, key: str, is_token: bool) -> requests.Response:
@@ -149,6 +213,7 @@ class ArchiveSession(requests.Session):
         response.status_code, response.reason = recorded.status, ""
         response.headers = CaseInsensitiveDict({k: v for k, v in recorded.headers.items() if not k.startswith("x-ratelimit")})
         response._content = recorded.body
+        check_answer(request, response.status_code, response.content)
         return response
 
 
@@ -180,10 +245,10 @@ def as_record(thing) -> dict:
     """A praw Submission or Comment as the API's JSON object (the shape of a dump record): praw
     turns `author` into a Redditor (None for "[deleted]") and `subreddit` into a Subreddit."""
     record = {k: v for k, v in vars(thing).items() if not k.startswith("_")}
-    if "author" in record:
-        record["author"] = "[deleted]" if record["author"] is None else str(record["author"])
+    if "author" in record:  # the name as the API gave it: a name that is not a string is the rules' bad_field_type
+        record["author"] = "[deleted]" if record["author"] is None else getattr(record["author"], "name", record["author"])
     if "subreddit" in record:
-        record["subreddit"] = str(record["subreddit"])
+        record["subreddit"] = getattr(record["subreddit"], "display_name", record["subreddit"])
     return record
 
 
@@ -256,8 +321,9 @@ class _Harvest:
                 if cap and judged >= cap:
                     reached_start = True  # the cap, not the listing, ended it
                     break
-        except self.errors + (RetriesExhausted, NotInArchive) as err:
-            raise StageError(f"r/{name}: the listing could not be read: {type(err).__name__}: {err}") from None
+        except self.errors + (RetriesExhausted, NotInArchive, BadAnswer) as err:
+            cause = getattr(err, "original_exception", None) or err
+            raise StageError(f"r/{name}: the listing could not be read: {type(cause).__name__}: {cause}") from None
         if not reached_start:
             log.warning("r/%s: the listing ended before %s; the window may be incomplete", name, self.p["start"])
             stats.setdefault("incomplete_window", []).append(name)
@@ -287,8 +353,10 @@ class _Harvest:
                 raise Reject(problem, url[:300])
             try:
                 comments, left = top_level_comments(submission, self.p["replace_more_limit"])
-            except self.errors + (RetriesExhausted, NotInArchive) as err:
+            except self.errors + (RetriesExhausted, NotInArchive, BadAnswer) as err:
                 cause = getattr(err, "original_exception", None) or err
+                if isinstance(cause, BadAnswer):
+                    raise Reject("bad_answer", str(cause)[:500]) from None
                 raise Reject("comments_unavailable", f"{type(cause).__name__}: {cause}"[:500]) from None
             for media_id, reason, detail in dropped:
                 ctx.reject(f"{item_id}:{media_id}", reason, detail)

@@ -22,8 +22,10 @@ Outputs:
   fact, url, the fact text for CLIP).
 Rejects (per fact): `empty_fact` (no text), `no_documents` (neither source found anything),
 `not_in_archive` (replay: the image search for this fact was never recorded; the fact is not
-half-retrieved). Any other search failure (quota, key, unreachable provider) stops the job,
-naming the provider: never an empty result.
+half-retrieved), and the search client's per-query rejects (stages.core.search): `http_<status>`
+(the provider refused this query's request) and `bad_answer` (its JSON is not of the API's shape).
+Any other search failure (quota, key, unreachable provider) stops the job, naming the provider:
+never an empty result.
 Invariant (fan-out): facts in = facts retrieved + rejected; fact_documents = the retrieved facts'
 hits (at most image_top_k + text_top_k each); fact_images = the image rows of fact_documents;
 every fact_documents doc_id is in documents.

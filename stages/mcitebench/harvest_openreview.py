@@ -25,7 +25,12 @@ network; a request missing from it is an error naming it). The demo replays
 data/samples/openreview/openreview.warc.gz.
 
 Outputs: papers (counted: submissions in = papers out + rejected), reviews, comments, threads.
-Rejects: malformed_note (no id/forum/title), withdrawn (when drop_withdrawn), pdf_unavailable
+Every answer is checked against the API's shape before it is read (JSON Schemas PAGE, NOTE, REPLY,
+FIELDS below): a listing page of another shape fails the stage naming the request; a submission of
+another shape (an id that is a number, a title that is an object, a reply without an id) is
+rejected malformed_note naming the field.
+
+Rejects: malformed_note (the note or its content is not of the API's shape: no id, no title...), withdrawn (when drop_withdrawn), pdf_unavailable
 (the note names a PDF that could not be fetched), not_a_pdf (the PDF endpoint answered other bytes),
 pdf_too_large (the PDF passed `max_pdf_bytes`; recorded, so a replay rejects it the same way).
 """
@@ -40,11 +45,33 @@ from tqdm import tqdm
 from stages.core.fetch import Fetcher, FetchError, FetchSettings
 from stages.core.ids import content_id, sha256_hex
 from stages.core.images import pdf_path
+from stages.core.schema_check import answer_problem
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
 VERSION = "1"
 API_MAX_BYTES = 1 << 30  # no API page comes near it: the cap only stops a broken server from filling memory
+
+# What the harvest reads of the API's answers (JSON Schema), checked before anything is read: a
+# listing page of another shape fails the stage; a note of another shape is its malformed_note.
+_STR, _OPT_STR = {"type": "string", "minLength": 1}, {"type": ["string", "null"]}
+_OPT_INT = {"type": ["integer", "null"], "minimum": -(2**63), "maximum": 2**63 - 1}  # the tables' int64
+_STRINGS = {"type": ["array", "null"], "items": {"type": "string"}}
+PAGE = {"type": "object", "required": ["notes"],
+        "properties": {"notes": {"type": "array"}, "count": {"type": "integer", "minimum": 0}}}
+REPLY = {"type": "object", "required": ["id"], "properties": {
+    "id": _STR, "replyto": _OPT_STR, "invitation": _OPT_STR, "invitations": _STRINGS, "signatures": _STRINGS,
+    "content": {"type": ["object", "null"]}, "cdate": _OPT_INT,
+}}
+NOTE = {"type": "object", "required": ["id"], "properties": {
+    "id": _STR, "forum": _OPT_STR, "number": _OPT_INT, "cdate": _OPT_INT, "invitation": _OPT_STR, "invitations": _STRINGS,
+    "content": {"type": ["object", "null"]},
+    "details": {"type": ["object", "null"], "properties": {"replies": {"type": ["array", "null"], "items": REPLY}}},
+}}
+FIELDS = {"type": "object", "required": ["title"], "properties": {  # a submission's content, unwrapped
+    "title": _STR, "abstract": _OPT_STR, "venueid": _OPT_STR, "pdf": _OPT_STR,
+    "keywords": {"type": ["string", "array", "null"], "items": {"type": "string"}},
+}}
 
 
 # --- the API client ---------------------------------------------------------------------------
@@ -93,6 +120,9 @@ class OpenReviewClient:
             raise StageError(f"OpenReview {request}: {err}") from None
         except ValueError as err:
             raise StageError(f"OpenReview {request}: the answer is not a JSON object ({err})") from None
+        problem = answer_problem(PAGE, page)
+        if problem:
+            raise StageError(f"OpenReview {request}: the answer is not a page of notes: {problem}")
         return page
 
 
@@ -112,7 +142,7 @@ def list_submissions(client: OpenReviewClient, invitation: str, page_size: int, 
             limit = page_size if not max_papers else min(page_size, max_papers - offset)
             page = client.get_json("/notes", {"invitation": invitation, "details": "replies", "offset": offset, "limit": limit})
             client.stats["api_pages"] += 1
-            batch = page.get("notes") or []
+            batch = page["notes"]
             notes.extend(batch)
             offset += len(batch)
             bar.update(len(batch))
@@ -218,11 +248,25 @@ def run(ctx) -> None:
         if user and password and p["mode"] != "replay":
             client.login(user, password)
         notes = list_submissions(client, p["invitation"], p["page_size"], p["max_papers"])
-        for note in tqdm(sorted(notes, key=lambda n: (n.get("number") or 0, n.get("id") or "")), desc="papers", unit="paper"):
-            with ctx.item(f"openreview:{note.get('forum') or note.get('id')}"):
+        wellformed = []
+        for position, note in enumerate(notes):
+            problem = answer_problem(NOTE, note)
+            if problem:
+                with ctx.item(_note_item(note, position)):
+                    raise Reject("malformed_note", f"submission #{position} of the listing: {problem}")
+            else:
+                wellformed.append(note)
+        for note in tqdm(sorted(wellformed, key=lambda n: (n.get("number") or 0, n["id"])), desc="papers", unit="paper"):
+            with ctx.item(f"openreview:{note.get('forum') or note['id']}"):
                 harvest_note(ctx, client, note)
     for key, value in fetcher.stats.items():
         ctx.stats[f"fetch_{key}"] = value
+
+
+def _note_item(note, position: int) -> str:
+    """A malformed note's reject id: its forum or id where that is a string, else its place in the listing."""
+    named = [note.get(k) for k in ("forum", "id")] if isinstance(note, dict) else []
+    return next((f"openreview:{v}" for v in named if isinstance(v, str) and v), f"openreview:#{position}")
 
 
 def fetcher_for(ctx) -> Fetcher:
@@ -246,11 +290,12 @@ def harvest_note(ctx, client: OpenReviewClient, note: dict) -> None:
     """One submission's rows in every table, or Reject."""
     p = ctx.params
     fields = unwrap(note.get("content"))
-    forum = note.get("forum") or note.get("id")
+    forum = note.get("forum") or note["id"]
     paper_id = f"openreview:{forum}"
-    if not note.get("id") or not forum or not fields.get("title"):
-        raise Reject("malformed_note", f"submission without id/forum/title: {json.dumps(note)[:500]}")
-    replies = [r for r in (note.get("details") or {}).get("replies") or [] if r.get("id")]
+    problem = answer_problem(FIELDS, fields)
+    if problem:
+        raise Reject("malformed_note", f"content (values unwrapped): {problem}")
+    replies = (note.get("details") or {}).get("replies") or []
     decision, withdrawn = decision_of(fields, replies)
     if withdrawn and p["drop_withdrawn"]:
         raise Reject("withdrawn", str(fields.get("venueid")))

@@ -20,12 +20,10 @@ Params:  llm, min_score, attach_images, max_evidence_chars
 from __future__ import annotations
 
 import collections
-import csv
-import io
 
 from stages.core.llm import LLMClient, LLMRequest
+from stages.core.review import write_sheet
 from stages.core.stage import Input, Output, Param, Reject, Stage
-from stages.core.tables import atomic_write_bytes
 
 VERSION = "2"  # 2: the judge and the review sheet see the distractors too (§3.5 checks the whole sample)
 PROMPT = "mcitebench_quality_control"
@@ -95,11 +93,7 @@ def run(ctx):
                 "distractors": "\n".join(f"[{s['key']}] ({s['modality']}) {s['content']}" for s in shown_distractors),
                 **scores, "judge_reason": reason, "decision": "", "note": "",
             })
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=SHEET_COLUMNS)
-    writer.writeheader()
-    writer.writerows(sheet)
-    atomic_write_bytes(ctx.output_path("review_sheet"), buf.getvalue().encode("utf-8"))
+    write_sheet(ctx.output_path("review_sheet"), SHEET_COLUMNS, sheet)
     ctx.stats["review_sheet_rows"] = len(sheet)
 
 

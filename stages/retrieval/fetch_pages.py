@@ -21,7 +21,8 @@ connection_error, too_many_redirects, not_in_archive, ...), `not_html` (another 
 PDF, an image), `empty_page` (no bytes), `undecodable` (not valid in its declared charset, or
 not UTF-8 when none is declared), `broken_html` (binary or markup-less data served as HTML),
 `no_content` (the reader found no main text), `reader_error` (the reader API's reply is not its
-JSON). Invariant: page rows in = pages + rejected.
+JSON, or not of its shape `READER_REPLY`: a title or url that is a number), `bad_url` (the page url
+does not parse, `http://[::1`). Invariant: page rows in = pages + rejected.
 """
 from __future__ import annotations
 
@@ -30,13 +31,19 @@ import dataclasses
 import json
 import os
 
-from stages.core.fetch import FETCH_PARAMS, FetchError, Fetcher, stage_fetch_settings
+from stages.core.fetch import FETCH_PARAMS, FetchError, Fetcher, parse_url, stage_fetch_settings
 from stages.core.ids import content_id
 from stages.core.pages import HTML_TYPES, PageStore, Undecodable, count_images, decode_html, html_to_markdown, looks_broken
+from stages.core.schema_check import answer_problem
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "1"
 READER_STOPS = {"http_401", "http_402", "http_429"}
+_TEXT = {"type": ["string", "null"]}
+READER_REPLY = {  # Jina Reader's JSON reply, what read_jina reads of it
+    "type": "object", "required": ["data"],
+    "properties": {"data": {"type": "object", "properties": {"content": _TEXT, "title": _TEXT, "url": _TEXT}}},
+}
 
 
 class ReaderStopped(RuntimeError):
@@ -76,16 +83,21 @@ def read_jina(fetcher: Fetcher, store: PageStore, url: str, endpoint: str, key: 
         headers["Authorization"] = f"Bearer {key}"
     reader_url = f"{endpoint.rstrip('/')}/{url}"
     try:
+        parse_url(url)  # a page url that does not parse is not sent to the reader
         fetched = fetcher.fetch(reader_url, headers=headers)
     except FetchError as err:
         if err.reason in READER_STOPS:
             raise ReaderStopped(f"Jina Reader at {endpoint}: {err.reason}: {err.detail} (key or quota: see reader_key_env)") from None
         raise Reject(err.reason, f"via Jina Reader: {err.detail}") from None
     try:
-        data = json.loads(fetched.body)["data"]
-        markdown = (data.get("content") or "").strip()
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise Reject("reader_error", f"{reader_url}: reply is not the reader's JSON ({type(err).__name__}: {err})") from None
+        reply = json.loads(fetched.body)
+    except ValueError as err:
+        raise Reject("reader_error", f"{reader_url}: reply is not JSON ({err})") from None
+    problem = answer_problem(READER_REPLY, reply)
+    if problem:
+        raise Reject("reader_error", f"{reader_url}: reply is not the reader's JSON: {problem}")
+    data = reply["data"]
+    markdown = (data.get("content") or "").strip()
     if not markdown:
         raise Reject("no_content", f"{reader_url}: the reader returned no content")
     return {

@@ -16,9 +16,12 @@ Output `results` (retrieval_search_results): one row per (query, kind, rank); id
 `result:<16 hex>` of (query id, kind, url).
 
 Rejects: `empty_query` (no text), `duplicate_query` (an id seen before), `no_results` (the provider
-answered and found nothing of any asked kind). Quota, rate-limit and key errors, an unreachable
-provider and a replay archive missing a request stop the job with one line naming the provider:
-never an empty result. Invariant: queries in = queries with results + rejected.
+answered and found nothing of any asked kind), `http_<status>` (the provider refused this query's
+request: 414 for a query too long for a url, 400...), `bad_answer` (the provider's JSON for this
+query is not of its API's shape: a url that is a number, a title that is an object). Quota,
+rate-limit and key errors, an unreachable provider, a reply that is not JSON and a replay archive
+missing a request stop the job with one line naming the provider: never an empty result.
+Invariant: queries in = queries with results + rejected.
 """
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ seed's three steps, in its order:
 
 1. Embedded image handling: every markdown image becomes a numbered placeholder (`placeholder`,
    default `<image_{n}>`, n = 1, 2, ... in page order) and its url (made absolute against the
-   page's final url) is recorded; `data:` urls are not fetchable and are dropped with their image.
+   page's final url) is recorded; `data:` urls are not fetchable and are dropped with their image,
+   as are urls that do not parse (`http://[::1`; stats: images_bad_url).
 2. Text cleaning: links become their text (`[text](url)` -> `text`, `<https://...>` and bare urls
    go), then runs of blank lines are squeezed.
 3. Text splitting: langchain-text-splitters' RecursiveCharacterTextSplitter with `chunk_size`
@@ -17,13 +18,14 @@ Output `elements` (retrieval_elements): per page, each text chunk followed by th
 whose placeholders it holds, `order` counting through the page. element_id is content_id of
 (page, settings, kind, order, content): a re-split with the same settings gives the same ids.
 
-Rejects: `empty_page` (no text and no image left after cleaning). Invariant: pages in = pages
+Rejects: `empty_page` (no text and no image left after cleaning), `bad_url` (the page's url does
+not parse, so its relative image urls cannot be resolved). Invariant: pages in = pages
 with elements + rejected.
 """
 from __future__ import annotations
 
 import re
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 from stages.core.ids import content_id
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
@@ -36,16 +38,22 @@ _BARE_URL = re.compile(r"(?:https?|ftp)://[^\s)\]>]+")
 _BLANK_LINES = re.compile(r"\n\s*\n\s*\n+")
 
 
-def replace_images(markdown: str, base_url: str, placeholder: str) -> tuple[str, list[tuple[int, str, str]]]:
-    """(text with placeholders, [(n, absolute url, alt)])."""
+def replace_images(markdown: str, base_url: str, placeholder: str, dropped: list[str]) -> tuple[str, list[tuple[int, str, str]]]:
+    """(text with placeholders, [(n, absolute url, alt)]); image urls that do not parse are
+    appended to `dropped`."""
     images: list[tuple[int, str, str]] = []
 
     def swap(match: re.Match) -> str:
         url = match[2]
         if url.startswith("data:"):
             return ""
+        try:
+            url = urljoin(base_url, url)
+        except ValueError:  # `http://[::1`: no url to fetch, the image goes like a data: one
+            dropped.append(url)
+            return ""
         n = len(images) + 1
-        images.append((n, urljoin(base_url, url), match[1].strip()))
+        images.append((n, url, match[1].strip()))
         return placeholder.format(n=n)
 
     return _IMAGE.sub(swap, markdown), images
@@ -72,7 +80,14 @@ def run(ctx) -> None:
     writer = ctx.writer("elements")
     for page in ctx.read_rows("pages"):
         with ctx.item(page["id"]):
-            text, images = replace_images(page["markdown"], page["final_url"] or page["url"], p["placeholder"])
+            base = page["final_url"] or page["url"]
+            try:
+                urlsplit(base)
+            except ValueError as err:
+                raise Reject("bad_url", f"page url {base[:300]!r} does not parse ({err}): its relative image urls cannot be resolved") from None
+            dropped: list[str] = []
+            text, images = replace_images(page["markdown"], base, p["placeholder"], dropped)
+            ctx.stats["images_bad_url"] += len(dropped)
             text = clean_links(text)
             chunks = splitter.split_text(text) if text else []
             if not chunks and not images:

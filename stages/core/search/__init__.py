@@ -7,9 +7,15 @@ and timeouts, WARC record/replay), so a search-derived benchmark rebuilds offlin
 Keys travel in request headers, never in urls: they stay out of WARC files, caches and logs.
 
 Anything that stops a provider from answering (quota or rate limit exhausted after retries, a
-rejected or missing key, an unreachable endpoint, a reply that is not the API's JSON, a replay
+rejected or missing key, an unreachable endpoint, a reply that is not JSON at all, a replay
 archive without the request) raises `SearchFailed` naming the provider: a stage stops on it rather
-than writing an empty result for the query.
+than writing an empty result for the query. What is wrong with one query's answer only raises
+`Reject` for that query (the searching stage goes on with the next one):
+- `http_<status>`: a client error for this request (400, 413, 414 for a query too long for a
+  url, 422, 451...); 401, 402, 403, 404, 405, 407 and 429 are the provider's or the settings'
+  problem and stop the job;
+- `bad_answer`: the JSON does not have the API's shape or types (each provider declares its
+  reply's JSON Schema, `REPLY`): a result whose url is a number, a title that is an object.
 
 Modules: `google` (Programmable Search JSON API, web and image mode), `searxng` (a self-hosted
 SearXNG's JSON API). `make_provider(name, settings)` builds one from its config section.
@@ -25,10 +31,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stages.core.fetch import Fetcher, FetchError
-from stages.core.stage import Param
+from stages.core.schema_check import answer_problem
+from stages.core.stage import Param, Reject
 from stages.core.tables import atomic_write_bytes
 
 KINDS = ("page", "image")
+# 4xx answers that say the provider or its settings are wrong (key, quota, endpoint): they stop
+# the job. Any other 4xx is about the one request, so it rejects that query.
+PROVIDER_STATUSES = frozenset({401, 402, 403, 404, 405, 407, 429})
 
 # The params of every searching stage: which provider, its config section, the result-list cache.
 SEARCH_PARAMS = {
@@ -67,6 +77,7 @@ class Provider:
     bodies)."""
 
     name = "provider"
+    REPLY: dict = {"type": "object"}  # the JSON Schema of one reply: what `search` reads of it
 
     def __init__(self, settings: dict):
         self.settings = dict(settings)
@@ -97,18 +108,24 @@ class Provider:
             time.sleep(start - now)
 
     def get_json(self, fetcher: Fetcher, url: str) -> dict:
+        """The reply to one GET, checked against `REPLY`. Raises SearchFailed (the job stops) or
+        Reject (this query's request or answer is bad)."""
         if fetcher.settings.mode != "replay":  # a replay sends nothing anywhere
             self._wait_turn()
         try:
             fetched = fetcher.fetch(url, accept=("application/json", "text/json"), headers=self.headers())
         except FetchError as err:
-            raise SearchFailed(self.name, *self.explain(err)) from None
+            reason, detail = self.explain(err)
+            if reason == err.reason and _status(reason) // 100 == 4 and _status(reason) not in PROVIDER_STATUSES:
+                raise Reject(reason, f"{self.name}: {detail}") from None
+            raise SearchFailed(self.name, reason, detail) from None
         try:
             data = json.loads(fetched.body)
         except ValueError as err:
-            raise SearchFailed(self.name, "bad_response", f"{url}: not JSON ({err})") from None
-        if not isinstance(data, dict):
-            raise SearchFailed(self.name, "bad_response", f"{url}: JSON {type(data).__name__}, expected an object")
+            raise SearchFailed(self.name, "bad_response", f"{url[:300]}: not JSON ({err})") from None
+        problem = answer_problem(self.REPLY, data)
+        if problem:
+            raise Reject("bad_answer", f"{self.name} answered {url[:300]}: {problem}")
         return data
 
     def explain(self, err: FetchError) -> tuple[str, str]:
@@ -118,6 +135,11 @@ class Provider:
         if err.reason in ("http_401", "http_403"):
             return "auth", f"{err.detail}: the key is missing, wrong or not allowed"
         return err.reason, err.detail
+
+
+def _status(reason: str) -> int:
+    """The HTTP status of a fetch layer reason `http_<status>`, else 0."""
+    return int(reason[5:]) if reason.startswith("http_") and reason[5:].isdigit() else 0
 
 
 def make_provider(name: str, settings: dict, need_key: bool = True) -> Provider:
@@ -170,9 +192,10 @@ class SearchCache:
         if self.mode != "use":
             return None
         path = self._path(provider, kind, query, top_k)
-        if not path.exists():
+        try:
+            return [SearchHit(**hit) for hit in json.loads(path.read_text())]
+        except (OSError, ValueError, TypeError):  # absent, or damaged on disk: ask again (put replaces it)
             return None
-        return [SearchHit(**hit) for hit in json.loads(path.read_text())]
 
     def put(self, provider: Provider, kind: str, query: str, top_k: int, hits: list[SearchHit]) -> None:
         if self.mode == "off":

@@ -10,7 +10,8 @@ API serves at most the first 100 results, so top_k is reached by paging `start` 
 Errors arrive as {"error": {"code", "message", "errors": [{"reason"}], "status"}}: 403
 dailyLimitExceeded / quotaExceeded, 429 rateLimitExceeded (after the fetch layer's retries) are
 quota errors; 400 keyInvalid, 401, 403 forbidden / accessNotConfigured are key errors. All stop
-the job, naming Google and the reason.
+the job, naming Google and the reason. Another 400 (an invalid argument) is about the one query:
+it rejects that query (stages.core.search), as a reply not of the shape `REPLY` does.
 
 Settings (config `retrieval.search_web.google`): endpoint, key_env (variable holding the API key),
 engine_id_env (variable holding the engine id `cx`) or engine_id (the id itself: it is not a
@@ -24,6 +25,8 @@ from urllib.parse import urlencode
 
 from stages.core.fetch import Fetcher, FetchError
 
+from stages.core.stage import Reject
+
 from . import Provider, SearchFailed, SearchHit, dedupe, env_value
 
 ENDPOINT = "https://www.googleapis.com/customsearch/v1"
@@ -31,10 +34,21 @@ PAGE_SIZE = 10
 MAX_RESULTS = 100  # start + num - 1 <= 100
 QUOTA_REASONS = {"dailyLimitExceeded", "quotaExceeded", "rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED"}
 KEY_REASONS = {"keyInvalid", "keyExpired", "forbidden", "accessNotConfigured", "API_KEY_INVALID", "ipRefererBlocked"}
+_TEXT = {"type": ["string", "null"]}
+_SIZE = {"type": ["integer", "null"]}
+_ITEM = {"type": "object", "properties": {
+    "link": _TEXT, "title": _TEXT, "snippet": _TEXT,
+    "image": {"type": ["object", "null"], "properties": {"contextLink": _TEXT, "width": _SIZE, "height": _SIZE}},
+}}
+_NEXT_PAGE = {"type": "object", "properties": {"startIndex": {"type": "integer"}}, "required": ["startIndex"]}
 
 
 class GoogleSearch(Provider):
     name = "google"
+    REPLY = {"type": "object", "properties": {
+        "items": {"type": ["array", "null"], "items": _ITEM},
+        "queries": {"type": ["object", "null"], "properties": {"nextPage": {"type": ["array", "null"], "items": _NEXT_PAGE}}},
+    }}
 
     def __init__(self, settings: dict, need_key: bool = True):
         super().__init__(settings)
@@ -68,13 +82,13 @@ class GoogleSearch(Provider):
             num = min(PAGE_SIZE, top_k - len(hits), MAX_RESULTS - start + 1)
             data = self.get_json(fetcher, self.url(query, kind, start, num))
             items = data.get("items") or []
-            hits.extend(self._hit(item, kind) for item in items if isinstance(item, dict) and item.get("link"))
+            hits.extend(self._hit(item, kind) for item in items if item.get("link"))
             next_page = (data.get("queries") or {}).get("nextPage") or []
             if not items or not next_page:
                 break
-            next_start = int(next_page[0].get("startIndex", 0))
+            next_start = next_page[0]["startIndex"]
             if next_start <= start:  # a reply that does not move forward would loop
-                raise SearchFailed(self.name, "bad_response", f"nextPage.startIndex {next_start} after start {start}")
+                raise Reject("bad_answer", f"{self.name}: nextPage.startIndex {next_start} after start {start}")
             start = next_start
         return dedupe(hits, top_k)
 
@@ -88,8 +102,8 @@ class GoogleSearch(Provider):
             snippet=item.get("snippet") or "",
             kind=kind,
             page_url=(image.get("contextLink") or "") if kind == "image" else "",
-            width=_int(image.get("width")) if kind == "image" else None,
-            height=_int(image.get("height")) if kind == "image" else None,
+            width=image.get("width") if kind == "image" else None,
+            height=image.get("height") if kind == "image" else None,
         )
 
     def explain(self, err: FetchError) -> tuple[str, str]:
@@ -100,25 +114,18 @@ class GoogleSearch(Provider):
             return "quota", f"{said} (quota or rate limit exhausted)"
         if status in ("401", "403") or reasons & KEY_REASONS:
             return "auth", f"{said} (check the key in the variable named by key_env and that the Custom Search API is enabled for it)"
-        if status == "400":
-            return "bad_request", f"{said} (check engine_id and params)"
-        return err.reason, err.detail
+        return err.reason, said
 
 
 def _error_body(body: bytes) -> tuple[set[str], str]:
+    """Google's error reasons and message; a body of another shape (a proxy's HTML page) says nothing."""
     try:
-        error = json.loads(body or b"{}").get("error") or {}
+        error = json.loads(body or b"{}").get("error")
     except (ValueError, AttributeError):
         return set(), ""
-    reasons = {e.get("reason", "") for e in error.get("errors") or [] if isinstance(e, dict)} - {""}
-    for detail in error.get("details") or []:  # newer replies carry the reason here
-        if isinstance(detail, dict) and detail.get("reason"):
-            reasons.add(detail["reason"])
+    if not isinstance(error, dict):
+        return set(), ""
+    # the reason is in errors[] and, in newer replies, in details[]
+    entries = [e for key in ("errors", "details") if isinstance(error.get(key), list) for e in error[key] if isinstance(e, dict)]
+    reasons = {e["reason"] for e in entries if isinstance(e.get("reason"), str) and e["reason"]}
     return reasons, str(error.get("message") or "")[:300]
-
-
-def _int(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None

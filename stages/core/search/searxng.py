@@ -21,11 +21,14 @@ from stages.core.fetch import Fetcher, FetchError
 from . import Provider, SearchFailed, SearchHit, dedupe
 
 CATEGORIES = {"page": "general", "image": "images"}
+_TEXT = {"type": ["string", "null"]}
+_RESULT = {"type": "object", "properties": {"url": _TEXT, "img_src": _TEXT, "title": _TEXT, "content": _TEXT, "resolution": _TEXT}}
 _RESOLUTION = re.compile(r"^\s*(\d+)\s*[x×]\s*(\d+)\s*$")
 
 
 class SearxngSearch(Provider):
     name = "searxng"
+    REPLY = {"type": "object", "properties": {"results": {"type": ["array", "null"], "items": _RESULT}}}
 
     def __init__(self, settings: dict, need_key: bool = True):
         super().__init__(settings)
@@ -53,7 +56,7 @@ class SearxngSearch(Provider):
         hits: list[SearchHit] = []
         for page in range(1, self.max_pages + 1):
             results = self.get_json(fetcher, self.url(query, kind, page)).get("results") or []
-            hits.extend(h for h in (self._hit(r, kind) for r in results if isinstance(r, dict)) if h.url)
+            hits.extend(h for h in (self._hit(r, kind) for r in results) if h.url)
             if not results or len(dedupe(list(hits), top_k)) >= top_k:
                 break
         return dedupe(hits, top_k)
@@ -61,7 +64,7 @@ class SearxngSearch(Provider):
     @staticmethod
     def _hit(result: dict, kind: str) -> SearchHit:
         width = height = None
-        match = _RESOLUTION.match(str(result.get("resolution") or ""))
+        match = _RESOLUTION.match(result.get("resolution") or "")
         if match:
             width, height = int(match[1]), int(match[2])
         image = kind == "image"
