@@ -87,7 +87,7 @@ def prompts(tmp_path):
 
 def client(url, tmp_path, prompts=None, stats=None, **openai):
     settings = {"backend": "openai", "model": "smollm2", "cache": {"path": str(tmp_path / "cache.sqlite")},
-                "openai": {"base_url": url, "response_format": "json_object", "concurrency": 4, **openai}}
+                "openai": {"base_url": url, "response_format": "json_object", "max_in_flight": 4, **openai}}
     c = LLMClient.from_params(settings, stats=stats if stats is not None else collections.Counter())
     if prompts is not None:
         c.prompts = prompts
@@ -116,7 +116,7 @@ def test_json_answers_are_schema_checked_and_cached(llama_server, tmp_path):
 def test_concurrency_bounded_and_answers_in_order(proxy, tmp_path, prompts):
     topics = [f"topic number {i}" for i in range(8)]
     proxy.hold_s = 0.5  # a tiny model can answer before the next request starts on a busy machine
-    with client(proxy.url, tmp_path, prompts, concurrency=3) as c:
+    with client(proxy.url, tmp_path, prompts, max_in_flight=3) as c:
         answers = c.run([LLMRequest(t, "say", {"topic": t}) for t in topics])
     assert [a.id for a in answers] == topics
     assert all(a.ok for a in answers)
