@@ -137,4 +137,5 @@ class _Model:
         return Result("yes" if p_yes >= 0.5 else "no", p_yes, len(tokens), 1)
 
     def close(self) -> None:
-        self.llm.close()
+        self.llm.close()  # frees the model and its context now
+        self.llm = None
