@@ -83,11 +83,11 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise Malformed(f"message.content is a {type(content).__name__}")
+        raise Malformed(f"message.content is of type {type(content).__name__}")
     texts = []
     for n, part in enumerate(content):
         if not isinstance(part, dict):
-            raise Malformed(f"message.content[{n}] is a {type(part).__name__}, not a part")
+            raise Malformed(f"message.content[{n}] is of type {type(part).__name__}, not a part")
         if part.get("type") == "text":
             if not isinstance(part.get("text"), str):
                 raise Malformed(f"message.content[{n}].text is not a string")
@@ -100,7 +100,7 @@ def _p_yes(logprobs: Any) -> float | None:
     if logprobs is None:
         return None
     if not isinstance(logprobs, dict):
-        raise Malformed(f"logprobs is a {type(logprobs).__name__}")
+        raise Malformed(f"logprobs is of type {type(logprobs).__name__}")
     content = logprobs.get("content")
     if content is None:
         return None
@@ -128,10 +128,10 @@ def _p_yes(logprobs: Any) -> float | None:
 def read_answer(data: Any, kind: str) -> Result:
     """A Result from a decoded chat.completion; Malformed names the first field that is wrong."""
     if not isinstance(data, dict):
-        raise Malformed(f"the answer is a {type(data).__name__}, not an object")
+        raise Malformed(f"the answer is of type {type(data).__name__}, not an object")
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
-        raise Malformed("no choices" if not choices else f"choices is a {type(choices).__name__}")
+        raise Malformed("no choices" if not choices else f"choices is of type {type(choices).__name__}")
     choice = choices[0]
     if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
         raise Malformed("choices[0] has no message")
@@ -140,7 +140,7 @@ def read_answer(data: Any, kind: str) -> Result:
         raise Malformed(f"finish_reason is {finish!r}")
     usage = data.get("usage") or {}
     if not isinstance(usage, dict):
-        raise Malformed(f"usage is a {type(usage).__name__}")
+        raise Malformed(f"usage is of type {type(usage).__name__}")
     p_yes = _p_yes(choice.get("logprobs")) if kind == "yesno" else None
     return Result(_text(choice["message"].get("content")), p_yes, _count(usage, "prompt_tokens"), _count(usage, "completion_tokens"),
                   finish_reason=finish)
