@@ -50,6 +50,9 @@ def test_cache_key_changes_with_every_part():
                "kind": "text", "schema": {"type": "array"}, "sampling": {"temperature": 0.0, "max_tokens": 9}}
     for part, value in changes.items():
         assert cache_key(**{**base, part: value}) != key, part
+    # request options that change answers (openai.extra_body) key the call; none leaves the key as it always was
+    assert cache_key(**base, options={"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}) != key
+    assert cache_key(**base, options={}) == key
 
 
 def test_identical_request_hits_and_each_changed_part_misses(tmp_path, prompts):
