@@ -9,9 +9,9 @@ as P(yes)). An instance is dropped when more than `max_right` (the seed: 0, i.e.
 models are judged right. A judge that takes images gets the post's first kept image (input
 `images`, images_deduped); a text-only judge gets the post title as a text stand-in, recorded per
 verdict as `mode`. All the answerers' calls are in flight together and each response goes to the
-judge as it arrives (the model layer's scheduler keeps every server busy at once); the outputs keep
-the answerer-then-instance and instance-then-answerer order. Responses and verdicts are their own tables: the decision (`max_right`,
-`right_threshold`) is applied over them, and changing it re-runs the stage on cached calls only.
+judge as it arrives, so every model's server is busy at once. Responses and verdicts are their own
+tables: the decision (`max_right`, `right_threshold`) is applied over them, and changing it re-runs
+the stage on cached calls only.
 
 Input `instances` (reddit_instances), optional `images` (images_deduped, owner = post id).
 Outputs `instances` (the kept instances, same schema), `responses` (mavis_blind_responses),
