@@ -2,13 +2,14 @@
 or that this process cannot write, fails when the client opens it, with one line naming the file,
 before any model is loaded.
 
-Writes are committed in batches (`BATCH` answers or `BATCH_S` seconds, whichever comes first, and
-at close), one transaction each: one fsync per batch instead of one per answer, so the cache keeps
-up with a saturated server. Durability: a crash loses at most the batch not yet committed; those
-calls are missing from the cache, so a rerun asks them again. It never reads a wrong answer: a row
-is written whole in one transaction with the key that hashes everything that decides the answer,
-and a torn transaction is rolled back by SQLite on the next open. Until it is committed, a batch
-answers this process's lookups from memory.
+Writes are committed in batches (when `BATCH` answers are pending, or at an answer coming `BATCH_S`
+seconds or more after the last commit, and at close), one transaction each: one fsync per batch
+instead of one per answer, so the cache keeps up with a saturated server (synchronous stays FULL:
+a committed batch survives a power cut too). Durability: a crash loses at most the batch not yet
+committed, under `BATCH` answers; those calls are missing from the cache, so a rerun asks them
+again. It never reads a wrong answer: a row is written whole in one transaction with the key that
+hashes everything that decides the answer, and a torn transaction is rolled back by SQLite on the
+next open. Until it is committed, a batch answers this process's lookups from memory.
 
 Two layouts (`cache.per_host`):
 - one file (`path`), WAL mode: the processes of one host share it (WAL needs shared memory, so
@@ -72,6 +73,7 @@ class CallCache:
             self._con = sqlite3.connect(str(self.file), timeout=60, isolation_level=None, check_same_thread=False)
             self._con.execute("pragma busy_timeout = 60000")
             self._con.execute("pragma journal_mode = " + ("delete" if per_host else "wal"))
+            self._con.execute("pragma synchronous = full")
             self._con.execute(
                 "create table if not exists calls (key text primary key, backend text, model text, prompt text, "
                 "raw text, p_yes real, prompt_tokens integer, completion_tokens integer, created real, finish_reason text)"

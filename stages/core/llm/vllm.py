@@ -51,10 +51,10 @@ class _Engine:
     def _run(self, batch: list) -> None:
         try:
             outputs = self.llm.chat([m for m, _, _ in batch], sampling_params=[p for _, p, _ in batch], use_tqdm=False)
-        except ValueError as err:  # one request vLLM refuses (e.g. longer than the context) fails that request only
+        except ValueError as err:  # a request vLLM refuses (e.g. longer than the context) fails alone: halve until found
             if len(batch) > 1:
-                for one in batch:
-                    self._run([one])
+                self._run(batch[: len(batch) // 2])
+                self._run(batch[len(batch) // 2 :])
                 return
             batch[0][2].set_result(err)
             return
