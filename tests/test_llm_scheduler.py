@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import signal
 import sqlite3
 import subprocess

@@ -35,6 +35,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from stages.core.retry import parse_retry_after
+
 from .settings import LLMError
 
 
@@ -84,8 +86,9 @@ class Slots:
         self._freed = threading.Condition()
         self._releases = 0  # local releases so far: a scan that raced one does not wait for the next
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft != resource.RLIM_INFINITY and soft < 256 + 2 * n:  # one open file per slot this process has used
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard == resource.RLIM_INFINITY else min(hard, 256 + 2 * n), hard))
+        wanted = 256 + 2 * n  # one open file per slot this process has used, with room for the rest
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted if hard == resource.RLIM_INFINITY else min(hard, wanted), hard))
 
     def _try(self, k: int) -> bool:
         fd = self._fds.get(k)
@@ -155,8 +158,6 @@ def parse_duration(value: str | None) -> float | None:
 def rate_limit_wait(status: int, headers) -> float:
     """How long the whole endpoint should wait after this answer: a 429's Retry-After, or the reset
     time of a request or token budget the answer says is spent; 0 when nothing is spent."""
-    from stages.core.retry import parse_retry_after
-
     waits = []
     if status == 429 and headers.get("Retry-After"):
         waits.append(parse_retry_after(headers["Retry-After"]) or 0.0)
