@@ -136,7 +136,7 @@ def test_refresh_calls_again_and_overwrites(tmp_path, prompts):
     with make_client(tmp_path, prompts) as client:
         client.run([request])
     stats = collections.Counter()
-    with make_client(tmp_path, prompts, stats, cache={"mode": "refresh"}) as client:
+    with make_client(tmp_path, prompts, stats, cache={"mode": "refresh", "path": str(tmp_path / "cache.sqlite")}) as client:
         assert not client.run([request])[0].cached
     assert stats["llm_calls"] == 1 and stats["llm_cache_hits"] == 0
     stats = collections.Counter()
