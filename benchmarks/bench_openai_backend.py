@@ -7,8 +7,8 @@ requests concurrently (one thread each) and answers every /v1/chat/completions a
 --latency-ms, as a hosted API or `vllm serve` behaves from the client's side. Timed in the same
 run, the cache off, `--calls` distinct prompts:
   bare loop       requests.post one call after another, no client (the floor: calls x latency);
-  client c=1      LLMClient(backend=openai, concurrency 1);
-  client c=N      LLMClient(backend=openai, concurrency N);
+  client c=1      LLMClient(backend=openai, max_in_flight 1);
+  client c=N      LLMClient(backend=openai, max_in_flight N);
 It prints calls/s, the speed-up of c=N over c=1 (ideal: N) and the client's overhead per call
 (client c=1 seconds per call minus the server's latency: rendering, caching, HTTP, JSON).
 
@@ -120,7 +120,7 @@ def bare_loop(base: str, topics: list[str]) -> float:
 
 def client_run(base: str, topics: list[str], concurrency: int, prompts: PromptLibrary) -> float:
     settings = {"backend": "openai", "model": "smollm2", "cache": {"mode": "off"},
-                "openai": {"base_url": base, "concurrency": concurrency, "response_format": "none"}}
+                "openai": {"base_url": base, "max_in_flight": concurrency, "response_format": "none"}}
     with LLMClient.from_params(settings) as client:
         client.prompts = prompts
         started = time.perf_counter()

@@ -134,7 +134,7 @@ class RuleJudge:
     def llm(self, tmp_path) -> dict:
         """llm settings that send the judge's calls here, with a per-test cache."""
         return {"backend": "openai", "model": "rule-judge", "cache": {"path": str(tmp_path / "llm.sqlite")},
-                "openai": {"base_url": self.url, "concurrency": 2, "logprobs": False}}
+                "openai": {"base_url": self.url, "max_in_flight": 2, "logprobs": False}}
 
     def close(self):
         self.server.shutdown()

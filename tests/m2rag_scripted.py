@@ -83,7 +83,7 @@ def scripted_server(override=None):
 
 
 def scripted_llm(folder: Path, url: str, **extra) -> dict:
-    return {"backend": "openai", "model": "scripted", "openai": {"base_url": url, "concurrency": 1},
+    return {"backend": "openai", "model": "scripted", "openai": {"base_url": url, "max_in_flight": 1},
             "cache": {"path": str(folder / "llm.sqlite"), "mode": "use"}, "image_store": str(folder / "store"), **extra}
 
 

@@ -216,7 +216,7 @@ def model_client(url: str, tmp_path, stats) -> LLMClient:
     folder.mkdir(exist_ok=True)
     (folder / "say.md").write_text("---\nkind: text\nmax_tokens: 6\n---\nSay one thing about {{ topic }}.\n")
     settings = {"backend": "openai", "model": "remote", "cache": {"path": str(tmp_path / "cache.sqlite")},
-                "openai": {"base_url": url, "concurrency": 2, "timeout_s": TIMEOUT, "max_retries": ATTEMPTS}}
+                "openai": {"base_url": url, "max_in_flight": 2, "timeout_s": TIMEOUT, "max_retries": ATTEMPTS}}
     client = LLMClient.from_params(settings, stats=stats)
     client.prompts = PromptLibrary(folder)
     return client

