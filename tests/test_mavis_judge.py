@@ -46,8 +46,8 @@ def judge_by_rule(request):
     return _reply(json.dumps({"label": "fully supported" if "nitrogen" in statement else "partially supported"}))
 
 
-def _response(method, answer, documents):
-    return {"id": f"resp-{method}", "model": "m", "instance_id": "reddit:p1/c1", "setting": "multi", "method": method,
+def _response(method, answer, documents, split="test"):
+    return {"id": f"resp-{method}", "model": "m", "instance_id": "reddit:p1/c1", "split": split, "setting": "multi", "method": method,
             "question": "Why are the leaves of my tomato plant turning yellow?", "gold_answer": "Nitrogen.", "retriever": "test",
             "vision": True, "documents": documents, "raw": answer, "answer": answer, "finish_reason": "stop"}
 
@@ -60,7 +60,7 @@ def test_judge_labels_to_scores(tmp_path, httpserver: HTTPServer):
                  {"number": 2, "doc_id": "d:t2", "modality": "text", "text": "Water at the base.", "image_sha256": None, "extraction": None},
                  {"number": 3, "doc_id": "d:i1", "modality": "image", "text": "A yellowing tomato leaf.", "image_sha256": sha, "extraction": None}]
     responses = tmp_path / "responses.parquet"
-    write_table(responses, [_response("vanilla", ANSWER, documents), _response("cot", "", documents)], "mavis_eval_responses")
+    write_table(responses, [_response("vanilla", ANSWER, documents), _response("cot", "", documents, "train")], "mavis_eval_responses")
     httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(judge_by_rule)
     llm = {"backend": "openai", "model": "rule", "cache": {"path": str(tmp_path / "llm.sqlite")}, "image_store": str(tmp_path / "store"),
            "max_attempts": 1, "openai": {"base_url": httpserver.url_for("/v1"), "max_retries": 1}}
@@ -98,3 +98,6 @@ def test_judge_labels_to_scores(tmp_path, httpserver: HTTPServer):
     # the summary: strict precision of the vanilla answer is missing, counted
     row = con.execute(f"select value, n, missing from '{summary}' where method = 'vanilla' and scoring = 'strict' and metric = 'precision'").fetchone()
     assert row == (None, 0, 1)
+    # splits are summarised apart: the vanilla answer is of the test split, the empty CoT one of train
+    assert con.execute(f"select distinct split, method from '{summary}' order by 1").fetchall() == [("test", "vanilla"), ("train", "cot")]
+    assert {r["split"] for r in got.values() if r["method"] == "cot"} == {"train"}

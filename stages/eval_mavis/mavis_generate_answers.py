@@ -30,7 +30,7 @@ from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.mavis_eval import METHODS, load_release, model_image, question_images, release_folder, remove_thinking
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "1"
+VERSION = "2"
 PROMPTS = {"vanilla": "mavis_eval_vanilla", "cot": "mavis_eval_cot"}
 EXTRACT = "mavis_eval_extract"
 
@@ -89,7 +89,8 @@ def run(ctx):
                 raise StageError(f"retrieved: instance {instance_id} is not in the release {folder}")
             for method in params["methods"]:
                 row = {"id": content_id("mresp", params["model"], instance_id, setting, method), "model": params["model"],
-                       "instance_id": instance_id, "setting": setting, "method": method, "question": instance["question"],
+                       "instance_id": instance_id, "split": instance["split"], "setting": setting, "method": method,
+                       "question": instance["question"],
                        "gold_answer": instance["answer"], "retriever": rows[0]["retriever"], "vision": vision,
                        "documents": numbered_documents(rows, docs), "raw": None, "answer": None, "finish_reason": None}
                 with ctx.item(row["id"]):

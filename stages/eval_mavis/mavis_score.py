@@ -18,7 +18,9 @@ the seed, on a GPU: `mauve_device`). Fewer than 2 answers on a side gives no MAU
 
 Inputs: responses, sentences, judgements (one model's).
 Outputs: scores (mavis_eval_scores: one row per answer and scoring), summary (mavis_eval_summary:
-means per setting, method, scoring and metric, with counts of scored and missing answers).
+means per release split, setting, method, scoring and metric, with counts of scored and missing
+answers). The splits never mix: the test split (human-annotated, §3.2 Step 3) is the paper's
+numbers, another split asked for is summarised on its own.
 Invariant: score rows = 2 x responses (no rejects).
 Params: mauve_featurizer, mauve_device, mauve_scaling, mauve_seed, mauve_max_text_length.
 """
@@ -32,7 +34,7 @@ import numpy as np
 from stages.core.mavis_eval import SCORINGS, plain_text, response_scores
 from stages.core.stage import Input, Output, Param, Stage
 
-VERSION = "1"
+VERSION = "2"
 QUALITY = ("completeness", "relevance", "informativeness_f1", "recall", "precision", "groundedness_f1")
 STATISTICS = ("retrieved_text", "retrieved_image", "used_text", "used_image", "utilisation_text", "utilisation_image",
               "precision_text", "precision_image")
@@ -108,32 +110,33 @@ def run(ctx):
             scores = response_scores(sents, len(entry["facts"]), entry["facts"], entry["relevance"], entry["support"],
                                      entry["support_doc"], scoring)
             rows.append({"response_id": response["id"], "model": response["model"], "instance_id": response["instance_id"],
-                         "setting": response["setting"], "method": response["method"], "scoring": scoring, **scores, **stats,
+                         "split": response["split"], "setting": response["setting"], "method": response["method"], "scoring": scoring,
+                         **scores, **stats,
                          "n_sentences": len(sents), "n_cited_sentences": sum(1 for s in sents if s["cited"] or s["unknown"]),
                          "n_facts": len(entry["facts"]), "failed_judge_calls": entry["failed"]})
     ctx.write("scores", rows)
     groups = collections.defaultdict(list)
     for row in rows:
-        groups[(row["model"], row["setting"], row["method"], row["scoring"])].append(row)
+        groups[(row["model"], row["split"], row["setting"], row["method"], row["scoring"])].append(row)
     by_group = collections.defaultdict(list)
     for r in responses:
-        by_group[(r["model"], r["setting"], r["method"])].append(r)
+        by_group[(r["model"], r["split"], r["setting"], r["method"])].append(r)
     featurize = sentence_featurizer()
     note = ENCODER_NOTE if params["mauve_featurizer"] == "sentence-encoder" else f"MAUVE over {params['mauve_featurizer']} features"
     summary = []
-    for (model, setting, method, scoring), members in sorted(groups.items()):
+    for (model, split, setting, method, scoring), members in sorted(groups.items()):
         for metric in QUALITY + STATISTICS:
             values = [m[metric] for m in members if m[metric] is not None]
-            summary.append({"model": model, "setting": setting, "method": method, "scoring": scoring, "metric": metric,
+            summary.append({"model": model, "split": split, "setting": setting, "method": method, "scoring": scoring, "metric": metric,
                             "value": sum(values) / len(values) if values else None, "n": len(values),
                             "missing": len(members) - len(values), "note": None})
-    for (model, setting, method), group in sorted(by_group.items()):
+    for (model, split, setting, method), group in sorted(by_group.items()):
         gold = [plain_text(r["gold_answer"]) for r in group]
         answers = [plain_text(r["answer"]) for r in group]
         value = mauve_value(gold, answers, params, featurize)
         ctx.stats["mauve_groups"] += 1
         for scoring in SCORINGS:
-            summary.append({"model": model, "setting": setting, "method": method, "scoring": scoring, "metric": "mauve",
+            summary.append({"model": model, "split": split, "setting": setting, "method": method, "scoring": scoring, "metric": "mauve",
                             "value": value, "n": len(group), "missing": 0 if value is not None else len(group),
                             "note": note if value is not None else f"{note}; needs at least 2 answers, got {len(group)}"})
     ctx.write("summary", summary)

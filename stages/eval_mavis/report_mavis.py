@@ -1,14 +1,17 @@
 """The MAVIS evaluation report (mavis.txt §5.3-5.6, Tables 4-5, Figure 4): a markdown report laid
 out like the seed's main table, two plots and a DuckDB file with every evaluation table.
 
+- Per release split, the test split (human-annotated, §3.2 Step 3: the paper's numbers) first and
+  any other split asked for after it, under its own heading (never mixed with the test split):
 - Main results (cf. Tables 4 and 5): per model, one row per (setting, method): Informativeness F1,
   Complete, Relevant, Groundedness F1, Recall, Precision, MAUVE (0-100), and the statistics
   Retrieved text / image and Utilised text / image (documents per answer). Printed for the strict
   scoring first, then the reference-compatible one, labelled, with what differs.
 - Per-modality groundedness and utilisation (cf. §5.6, Figure 4): precision per document modality
   and the utilisation ratio, as tables and as the plots `groundedness_plot` and `utilisation_plot`.
-- Coverage: per model the instances, responses, rejected generations by reason (from the
-  responses' report sidecar), failed judge calls, and the answers whose metrics are missing.
+- Coverage: per model the instances (per split), responses, rejected generations by reason (from
+  the responses' report sidecar), failed judge calls, and the answers whose metrics are missing.
+  A run that evaluated no instance says why (an empty test split: no annotations imported).
 Every number is read from the score stage's summary; "n/a" marks a metric missing everywhere.
 
 Inputs: queries, retrieved, responses, sentences, judgements, scores, summary (one file per model each).
@@ -28,7 +31,7 @@ from stages.core.release import check_row_counts, load_parquet, md_table, portab
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "1"
+VERSION = "2"
 TABLES = ("queries", "retrieved", "responses", "sentences", "judgements", "scores", "summary")
 SETTING_NAMES = {"text": "Text-RAG", "image": "Image-RAG", "multi": "Multi-RAG"}
 METHOD_NAMES = {"vanilla": "Vanilla", "cot": "CoT", "vanilla_ke": "Vanilla + KE", "cot_ke": "CoT + KE"}
@@ -36,6 +39,8 @@ PERCENT = [("informativeness_f1", "Inf. F1"), ("completeness", "Complete"), ("re
            ("groundedness_f1", "Grd. F1"), ("recall", "Recall"), ("precision", "Precision"), ("mauve", "MAUVE")]
 COUNTS = [("retrieved_text", "Retrieved text"), ("retrieved_image", "Retrieved image"), ("used_text", "Utilised text"),
           ("used_image", "Utilised image")]
+SPLIT_HEADINGS = {"test": "test split (human-annotated, §3.2 Step 3: the paper's evaluation set)",
+                  "train": "train split (automatically built, not human-annotated: reported apart, not comparable to the paper)"}
 NOTES = {
     "strict": "Strict scoring (the paper's formulas, §4): relevance, recall and precision average over every sentence of "
               "the answer; a sentence without citations has recall and precision 0; a citation to a number that names no "
@@ -56,28 +61,28 @@ def _fmt(value, percent: bool) -> str:
     return f"{100 * value:.1f}" if percent else f"{value:.1f}"
 
 
-def main_table(summary: dict, combos: list[tuple[str, str, str]], scoring: str) -> str:
+def main_table(summary: dict, combos: list[tuple[str, str, str, str]], scoring: str) -> str:
     rows = []
-    for model, setting, method in combos:
-        cells = [summary.get((model, setting, method, scoring, metric)) for metric, _ in PERCENT + COUNTS]
+    for model, split, setting, method in combos:
+        cells = [summary.get((model, split, setting, method, scoring, metric)) for metric, _ in PERCENT + COUNTS]
         rows.append([model, f"+ {SETTING_NAMES[setting]}", METHOD_NAMES[method]]
                     + [_fmt(c["value"] if c else None, i < len(PERCENT)) + (f" ({c['missing']} missing)" if c and c["missing"] else "")
                        for i, c in enumerate(cells)])
     return md_table(["Model", "Setting", "Method"] + [label for _, label in PERCENT + COUNTS], rows)
 
 
-def modality_table(summary: dict, combos: list[tuple[str, str, str]], scoring: str) -> str:
-    rows = [[m, SETTING_NAMES[s], METHOD_NAMES[t]] + [_fmt((summary.get((m, s, t, scoring, metric)) or {}).get("value"), True)
+def modality_table(summary: dict, combos: list[tuple[str, str, str, str]], scoring: str) -> str:
+    rows = [[m, SETTING_NAMES[s], METHOD_NAMES[t]] + [_fmt((summary.get((m, sp, s, t, scoring, metric)) or {}).get("value"), True)
                                                    for metric in ("precision_text", "precision_image", "utilisation_text", "utilisation_image")]
-            for m, s, t in combos]
+            for m, sp, s, t in combos]
     return md_table(["Model", "Setting", "Method", "Grd. (precision) text", "Grd. (precision) image", "Utilisation text",
                      "Utilisation image"], rows)
 
 
-def plot(summary: dict, combos: list[tuple[str, str, str]], metrics: tuple[str, str], title: str, ylabel: str, path: str) -> None:
-    groups = [f"{m}\n{SETTING_NAMES[s]}\n{METHOD_NAMES[t]}" for m, s, t in combos]
-    series = {label: [None if (summary.get((m, s, t, "strict", metric)) or {}).get("value") is None
-                      else 100 * summary[(m, s, t, "strict", metric)]["value"] for m, s, t in combos]
+def plot(summary: dict, combos: list[tuple[str, str, str, str]], metrics: tuple[str, str], title: str, ylabel: str, path: str) -> None:
+    groups = [f"{m}\n{SETTING_NAMES[s]}\n{METHOD_NAMES[t]}" + (f"\n({sp})" if sp != "test" else "") for m, sp, s, t in combos]
+    series = {label: [None if (summary.get((m, sp, s, t, "strict", metric)) or {}).get("value") is None
+                      else 100 * summary[(m, sp, s, t, "strict", metric)]["value"] for m, sp, s, t in combos]
               for metric, label in zip(metrics, ("text documents", "image documents"))}
     grouped_bars(groups, series, title, ylabel, path)
 
@@ -89,15 +94,38 @@ def coverage_rows(con, responses_paths: list[str]) -> list[tuple]:
         report = json.loads(sidecar.read_text()) if sidecar.exists() else {}
         model = report.get("params", {}).get("model") or Path(path).stem
         counts = con.execute(
-            "select (select count(distinct instance_id) from queries where model = $m), (select count(*) from responses where model = $m), "
+            "select (select count(distinct instance_id) from queries where model = $m), "
+            "(select string_agg(split || ' ' || n, ', ' order by split = 'train', split) from "
+            " (select split, count(distinct instance_id) as n from queries where model = $m group by split)), "
+            "(select count(*) from responses where model = $m), "
             "(select count(*) from responses where model = $m and finish_reason = 'length'), "
             "(select count(*) from judgements where model = $m and not ok), "
             "(select count(*) from scores where model = $m and scoring = 'strict' and (groundedness_f1 is null or informativeness_f1 is null)), "
             "(select any_value(retriever) from retrieved where model = $m), (select any_value(vision) from responses where model = $m)",
             {"m": model}).fetchone()
-        rows.append((model, counts[0], report.get("rows_in"), counts[1], report.get("rejected"),
-                     json.dumps(report.get("rejected_by_reason", {})), counts[2], counts[3], counts[4], counts[5], counts[6]))
+        rows.append((model, counts[0], counts[1], report.get("rows_in"), counts[2], report.get("rejected"),
+                     json.dumps(report.get("rejected_by_reason", {})), *counts[3:]))
     return rows
+
+
+def split_sections(summary: dict, combos: list[tuple[str, str, str, str]]) -> list[str]:
+    """The result tables of each split under its own heading, the test split first."""
+    splits = sorted({c[1] for c in combos}, key=lambda s: (s != "test", s))
+    if not splits:
+        return ["No instance was evaluated. The default is the release's test split (the human-annotated sample, "
+                "§3.2 Step 3), which is empty until the annotators' sheet is imported (mavis.annotations); other splits "
+                "are evaluated only when asked (eval_mavis.mavis_generate_queries.splits), and reported apart."]
+    parts = []
+    for split in splits:
+        of_split = [c for c in combos if c[1] == split]
+        heading = SPLIT_HEADINGS.get(split, f"{split} split")
+        for scoring in ("strict", "reference"):
+            parts += [f"## Main results (cf. Tables 4-5), {heading}, {scoring} scoring", NOTES[scoring], main_table(summary, of_split, scoring)]
+        parts += [f"## Groundedness and utilisation by document modality (cf. §5.6, Figure 4), {heading}, strict scoring",
+                  "Groundedness here is precision (each citation judged alone) over citations to documents of that modality; "
+                  "utilisation is cited / retrieved documents of that modality, per answer.",
+                  modality_table(summary, of_split, "strict")]
+    return parts
 
 
 def run(ctx):
@@ -105,13 +133,13 @@ def run(ctx):
     with portable_duckdb_file(ctx.output_path("db"), check=lambda tmp: check_row_counts(tmp, loaded)) as con:
         for name in TABLES:
             loaded[name] = ctx.stats[f"{name}_rows"] = load_parquet(con, name, ctx.input_paths(name))
-        con.execute("create table coverage (model varchar, instances_with_queries bigint, answers_asked bigint, responses bigint, "
-                    "failed_generations bigint, failed_by_reason json, truncated bigint, failed_judge_calls bigint, "
+        con.execute("create table coverage (model varchar, instances_with_queries bigint, instances_by_split varchar, answers_asked bigint, "
+                    "responses bigint, failed_generations bigint, failed_by_reason json, truncated bigint, failed_judge_calls bigint, "
                     "answers_with_missing_f1 bigint, retriever varchar, vision boolean)")
-        con.executemany("insert into coverage values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", coverage_rows(con, ctx.input_paths("responses")))
-        summary = {(r["model"], r["setting"], r["method"], r["scoring"], r["metric"]): r for r in ctx.read_rows("summary")}
+        con.executemany("insert into coverage values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", coverage_rows(con, ctx.input_paths("responses")))
+        summary = {(r["model"], r["split"], r["setting"], r["method"], r["scoring"], r["metric"]): r for r in ctx.read_rows("summary")}
         order = {k: i for i, k in enumerate(SETTINGS + METHODS)}
-        combos = sorted({k[:3] for k in summary}, key=lambda c: (c[0], order[c[1]], order[c[2]]))
+        combos = sorted({k[:4] for k in summary}, key=lambda c: (c[1] != "test", c[1], c[0], order[c[2]], order[c[3]]))
         notes = sorted({r["note"] for r in summary.values() if r["metric"] == "mauve" and r["note"]})
         coverage = con.execute("select * exclude (failed_by_reason) from coverage order by model").fetchall()
         markdown = "\n\n".join([
@@ -121,15 +149,10 @@ def run(ctx):
             "computed per answer and then averaged (mavis.txt §4). \"(k missing)\" counts the answers left out of a mean "
             "because a judge call failed.",
             "## Coverage",
-            md_table(["Model", "Instances", "Answers asked", "Responses", "Failed generations", "Truncated", "Failed judge calls",
-                      "Answers with a missing F1", "Retriever", "Vision"], [list(r) for r in coverage]),
-            *[part for scoring in ("strict", "reference") for part in (
-                f"## Main results (cf. Tables 4-5), {scoring} scoring", NOTES[scoring], main_table(summary, combos, scoring))],
+            md_table(["Model", "Instances", "By split", "Answers asked", "Responses", "Failed generations", "Truncated",
+                      "Failed judge calls", "Answers with a missing F1", "Retriever", "Vision"], [list(r) for r in coverage]),
+            *split_sections(summary, combos),
             "Fluency: " + (" ".join(notes) if notes else "MAUVE as configured."),
-            "## Groundedness and utilisation by document modality (cf. §5.6, Figure 4), strict scoring",
-            "Groundedness here is precision (each citation judged alone) over citations to documents of that modality; "
-            "utilisation is cited / retrieved documents of that modality, per answer.",
-            modality_table(summary, combos, "strict"),
             f"![groundedness by modality]({Path(ctx.output_path('groundedness_plot')).name})",
             f"![utilisation by modality]({Path(ctx.output_path('utilisation_plot')).name})",
         ]) + "\n"
