@@ -223,45 +223,52 @@ if MAVIS.get("enabled", False):
             shell:
                 stage_shell("cache_images")
 
-        rule fact_filter_images:
-            input:
-                stage=stage_code("filter_images"),
-                images=rules.fact_cache_images.output.images,
-                texts=rules.retrieve_fact_documents.output.fact_images,
-            output:
-                images=run_path("mavis", "fact_filter_images", "images_filtered", "{shard}"),
-                sidecar_rejects=run_path("mavis", "fact_filter_images", "images_filtered", "{shard}") + ".rejects.parquet",
-            params:
-                io=stage_io,
-                version=stage_version("filter_images"),
-                settings=settings({"store": _IMG_STORE, "text_key": "owner_id", "text_id_column": "fact_id", "text_column": "text",
-                                   **_IMG.get("filter_images", {})}),
-            resources:
-                gpu=int(_IMG.get("filter_images", {}).get("device") == "cuda"),
-            log:
-                log_path("mavis", "fact_filter_images", "{shard}"),
-            benchmark:
-                bench_path("mavis", "fact_filter_images", "{shard}")
-            shell:
-                stage_shell("filter_images")
+        # M2RAG's image filters (size, CLIP, pHash) on the fact images: an option, off by default
+        # (MAVIS filters the documents by entailment only, §3.2 Step 2, App. A.3)
+        _FACT_FILTERS = MAVIS.get("fact_image_filters", False)
+        if _FACT_FILTERS:
+            rule fact_filter_images:
+                input:
+                    stage=stage_code("filter_images"),
+                    images=rules.fact_cache_images.output.images,
+                    texts=rules.retrieve_fact_documents.output.fact_images,
+                output:
+                    images=run_path("mavis", "fact_filter_images", "images_filtered", "{shard}"),
+                    sidecar_rejects=run_path("mavis", "fact_filter_images", "images_filtered", "{shard}") + ".rejects.parquet",
+                params:
+                    io=stage_io,
+                    version=stage_version("filter_images"),
+                    settings=settings({"store": _IMG_STORE, "text_key": "owner_id", "text_id_column": "fact_id", "text_column": "text",
+                                       **_IMG.get("filter_images", {})}),
+                resources:
+                    gpu=int(_IMG.get("filter_images", {}).get("device") == "cuda"),
+                log:
+                    log_path("mavis", "fact_filter_images", "{shard}"),
+                benchmark:
+                    bench_path("mavis", "fact_filter_images", "{shard}")
+                shell:
+                    stage_shell("filter_images")
 
-        rule fact_phash_dedup:
-            input:
-                stage=stage_code("phash_dedup"),
-                images=rules.fact_filter_images.output.images,
-            output:
-                images=run_path("mavis", "fact_phash_dedup", "images_deduped", "{shard}"),
-                sidecar_rejects=run_path("mavis", "fact_phash_dedup", "images_deduped", "{shard}") + ".rejects.parquet",
-            params:
-                io=stage_io,
-                version=stage_version("phash_dedup"),
-                settings=settings({"store": _IMG_STORE, **_IMG.get("phash_dedup", {}), "scope": "owner"}),  # near-duplicates per fact
-            log:
-                log_path("mavis", "fact_phash_dedup", "{shard}"),
-            benchmark:
-                bench_path("mavis", "fact_phash_dedup", "{shard}")
-            shell:
-                stage_shell("phash_dedup")
+            rule fact_phash_dedup:
+                input:
+                    stage=stage_code("phash_dedup"),
+                    images=rules.fact_filter_images.output.images,
+                output:
+                    images=run_path("mavis", "fact_phash_dedup", "images_deduped", "{shard}"),
+                    sidecar_rejects=run_path("mavis", "fact_phash_dedup", "images_deduped", "{shard}") + ".rejects.parquet",
+                params:
+                    io=stage_io,
+                    version=stage_version("phash_dedup"),
+                    settings=settings({"store": _IMG_STORE, **_IMG.get("phash_dedup", {}), "scope": "owner"}),  # near-duplicates per fact
+                log:
+                    log_path("mavis", "fact_phash_dedup", "{shard}"),
+                benchmark:
+                    bench_path("mavis", "fact_phash_dedup", "{shard}")
+                shell:
+                    stage_shell("phash_dedup")
+
+        _FACT_IMAGES = (rules.fact_phash_dedup.output.images if _FACT_FILTERS
+                        else rules.fact_cache_images.output.images)
 
         _ET = _mavis_llm("filter_entailment_text")
         _EI = _mavis_llm("filter_entailment_image")
@@ -297,7 +304,7 @@ if MAVIS.get("enabled", False):
                 facts=rules.extract_atomic_facts.output.facts,
                 documents=_FD_OUT.documents,
                 fact_documents=_FD_OUT.fact_documents,
-                images=rules.fact_phash_dedup.output.images,
+                images=_FACT_IMAGES,
             output:
                 scores=run_path("mavis", "filter_entailment_image", "scores", "{shard}"),
                 sidecar_rejects=run_path("mavis", "filter_entailment_image", "scores", "{shard}") + ".rejects.parquet",
@@ -360,9 +367,9 @@ if MAVIS.get("enabled", False):
     # every upstream per-shard stage whose rejects the release counts: (stage folder, first output table)
     _REJECTING = ([("cache_images", "images_cached"), ("filter_images", "images_filtered"), ("phash_dedup", "images_deduped")]
                   if _IMAGES_ON else []) + ([
-        ("retrieve_fact_documents", "documents"), ("fact_cache_images", "images_cached"), ("fact_filter_images", "images_filtered"),
-        ("fact_phash_dedup", "images_deduped"), ("filter_entailment_text", "scores"), ("filter_entailment_image", "scores"),
-        ("decide_entailment", "judged")] if _DOCS_ON else [])
+        ("retrieve_fact_documents", "documents"), ("fact_cache_images", "images_cached")]
+        + ([("fact_filter_images", "images_filtered"), ("fact_phash_dedup", "images_deduped")] if _FACT_FILTERS else [])
+        + [("filter_entailment_text", "scores"), ("filter_entailment_image", "scores"), ("decide_entailment", "judged")] if _DOCS_ON else [])
 
     rule release_mavis:
         input:
@@ -373,7 +380,7 @@ if MAVIS.get("enabled", False):
             documents=_release_docs(run_path("mavis", "retrieve_fact_documents", "documents", "{shard}")),
             judged=_release_docs(run_path("mavis", "decide_entailment", "judged", "{shard}")),
             question_images=expand(run_path("mavis", "phash_dedup", "images_deduped", "{shard}"), shard=SHARDS) if _IMAGES_ON else [],
-            document_images=_release_docs(run_path("mavis", "fact_phash_dedup", "images_deduped", "{shard}")),
+            document_images=_release_docs(_FACT_IMAGES) if _DOCS_ON else [],
             annotations=[MAVIS["annotations"]] if MAVIS.get("annotations") else [],
             rejects=[_HARVESTED.sidecar_rejects]
             + expand(rules.filter_questions.output.sidecar_rejects, shard=SHARDS)
@@ -402,8 +409,9 @@ if MAVIS.get("enabled", False):
     for _table in (_VD_OUT.instances, _VD_OUT.responses, _VD_OUT.verdicts, rules.extract_atomic_facts.output.facts):
         CATALOG_TABLES.extend(expand(_table, shard=SHARDS))
     if _DOCS_ON:
-        for _rule_out in (_FD_OUT.documents, _FD_OUT.fact_documents, rules.fact_cache_images.output.images, rules.fact_filter_images.output.images,
-                          rules.fact_phash_dedup.output.images, rules.filter_entailment_text.output.scores,
+        _FILTERED = (rules.fact_filter_images.output.images, rules.fact_phash_dedup.output.images) if _FACT_FILTERS else ()
+        for _rule_out in (_FD_OUT.documents, _FD_OUT.fact_documents, rules.fact_cache_images.output.images, *_FILTERED,
+                          rules.filter_entailment_text.output.scores,
                           rules.filter_entailment_image.output.scores, rules.decide_entailment.output.judged):
             CATALOG_TABLES.extend(expand(_rule_out, shard=SHARDS))
         CATALOG_TABLES.append(rules.sample_annotation.output.sample)  # the release target also writes the annotators' sheet
