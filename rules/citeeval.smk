@@ -1,10 +1,11 @@
 # CiteEval-Auto (seed citeeval.txt §2-4, App. C.2, App. F Tables 10-11, Eq. 3) over the responses of
-# an evaluation: for every model of the MCiteBench evaluation (rules/eval_mcitebench.smk), and for
-# a file in CiteEval's JSON format (citeeval.input). Chain per source {src} (mcitebench-<model
-# index> | file): [citeeval_from_mcitebench ->] citeeval_prepare -> citeeval_context ->
-# citeeval_itercoe -> citeeval_editdist [<- citeeval_fit] -> citeeval_score; one citeeval_report
-# per evaluation, beside the evaluation's own report. A later evaluation (MAVIS, M2RAG) feeds
-# citeeval_prepare a citeeval_responses table the same way.
+# every evaluation with cited responses: each model of the MCiteBench evaluation
+# (rules/eval_mcitebench.smk), of the MAVIS evaluation (rules/eval_mavis.smk) and each (model,
+# approach) of the M2RAG evaluation (rules/eval_m2rag.smk, included before this file), and a file in
+# CiteEval's JSON format (citeeval.input). Chain per source {src} (mcitebench-<model index> |
+# mavis-<model index> | m2rag-<model index>-<approach> | file): [citeeval_from_<family> ->]
+# citeeval_prepare -> citeeval_context -> citeeval_itercoe -> citeeval_editdist [<- citeeval_fit] ->
+# citeeval_score; one citeeval_report per evaluation, beside the evaluation's own report.
 CE = config.get("citeeval", {})
 
 if CE.get("enabled", False):
@@ -29,7 +30,7 @@ if CE.get("enabled", False):
         return bench_path("citeeval", stage, "{src}")
 
     wildcard_constraints:
-        src=r"mcitebench-\d{5}|file",
+        src=r"mcitebench-\d{5}|mavis-\d{5}|m2rag-\d{5}-(?:single_stage|multi_stage|separate)|file",
 
     if EV.get("enabled", False) and CE.get("from_evaluate", True):
         rule citeeval_from_mcitebench:
@@ -52,13 +53,57 @@ if CE.get("enabled", False):
         _CE_SOURCES.append((f"{RUNDIR}/eval_mcitebench/citeeval_report/report.md", [f"mcitebench-{m}" for m in _M],
                             f"CiteEval-Auto on the MCiteBench evaluation"))
 
+    # the MAVIS and M2RAG evaluations' responses, when their rules are in this run
+    if CE.get("from_evaluate", True) and hasattr(rules, "mavis_generate_answers"):
+        rule citeeval_from_mavis:
+            input:
+                stage=stage_code("citeeval_from_mavis"),
+                responses=rules.mavis_generate_answers.output.responses,
+            output:
+                responses=run_path("citeeval", "citeeval_from_mavis", "responses", "mavis-{m}"),
+            params:
+                io=stage_io,
+                version=stage_version("citeeval_from_mavis"),
+                settings=settings({}),
+            log:
+                log_path("citeeval", "citeeval_from_mavis", "mavis-{m}"),
+            benchmark:
+                bench_path("citeeval", "citeeval_from_mavis", "mavis-{m}")
+            shell:
+                stage_shell("citeeval_from_mavis")
+
+        _CE_SOURCES.append((f"{RUNDIR}/eval_mavis/citeeval_report/report.md", [f"mavis-{m}" for m in _MV_M],
+                            "CiteEval-Auto on the MAVIS evaluation"))
+
+    if CE.get("from_evaluate", True) and hasattr(rules, "m2rag_generate"):
+        rule citeeval_from_m2rag:
+            input:
+                stage=stage_code("citeeval_from_m2rag"),
+                responses=rules.m2rag_generate.output.responses,
+            output:
+                responses=run_path("citeeval", "citeeval_from_m2rag", "responses", "m2rag-{em}-{approach}"),
+            params:
+                io=stage_io,
+                version=stage_version("citeeval_from_m2rag"),
+                settings=settings({}),
+            log:
+                log_path("citeeval", "citeeval_from_m2rag", "m2rag-{em}-{approach}"),
+            benchmark:
+                bench_path("citeeval", "citeeval_from_m2rag", "m2rag-{em}-{approach}")
+            shell:
+                stage_shell("citeeval_from_m2rag")
+
+        _CE_SOURCES.append((f"{RUNDIR}/eval_m2rag/citeeval_report/report.md", [f"m2rag-{slot}" for slot in _EM_SLOTS],
+                            "CiteEval-Auto on the M2RAG evaluation"))
+
     if CE.get("input"):
         _CE_SOURCES.append((f"{RUNDIR}/citeeval/citeeval_report/report.md", ["file"], f"CiteEval-Auto on {Path(CE['input']).name}"))
 
     def _prepare_input(w):
         if w.src == "file":
             return {"citeeval_json": CE["input"]}
-        return {"responses": run_path("citeeval", "citeeval_from_mcitebench", "responses", w.src)}
+        family = w.src.split("-", 1)[0]  # mcitebench | mavis | m2rag: its converter's output
+        return {"responses": run_path("citeeval", f"citeeval_from_{family}", "responses", w.src)}
 
     rule citeeval_prepare:
         input:
@@ -208,10 +253,10 @@ if CE.get("enabled", False):
         output:
             # grouped in the HTML report under the family whose responses it scores
             report=report(f"{RUNDIR}/{{where}}/citeeval_report/report.md", subcategory="CiteEval-Auto",
-                          category=lambda w: "mcitebench" if w.where == "eval_mcitebench" else "citeeval"),
+                          category=lambda w: w.where.removeprefix("eval_")),
             db=f"{RUNDIR}/{{where}}/citeeval_report/citeeval.duckdb",
         wildcard_constraints:
-            where=r"eval_mcitebench|citeeval",
+            where=r"eval_mcitebench|eval_mavis|eval_m2rag|citeeval",
         params:
             io=stage_io,
             version=stage_version("citeeval_report"),
