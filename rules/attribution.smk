@@ -1,8 +1,9 @@
 # Attribution while generating (seed cite-while-you-generate.txt §3-4, Algorithm 1, App. C-E), part
-# of the `evaluate` target: items JSONL -> attribution_inputs -> generate_attributed (transformers,
-# pooled attention per generated token) -> attribute_attention (Algorithm 1) | attribute_embedding
-# (MiniLM + CLIP) | attribute_self (the summariser asked, App. E) ; attribution_references (file
-# gold + judge silver) -> score_attribution (Table 2-3 metrics, report.md).
+# of the `evaluate` target: items JSONL | CliConSummation sheets | MIMIC-CXR reports (§4.1, App. B)
+# -> attribution_inputs -> generate_attributed (transformers, pooled attention per generated token)
+# -> attribute_attention (Algorithm 1) | attribute_embedding (MiniLM + CLIP) | attribute_self (the
+# summariser asked, App. E) ; attribution_references (file gold + judge silver) -> score_attribution
+# (Table 2-3 metrics, report.md).
 AT = config.get("attribution", {})
 
 if AT.get("enabled", False):
@@ -16,17 +17,21 @@ if AT.get("enabled", False):
         return bench_path("attribution", stage)
 
     _AT_GEN = AT.get("generate_attributed", {})
+    _AT_SOURCES = {name: AT[key] for name, key in (("jsonl", "items"), ("cliconsummation", "cliconsummation"), ("mimic_cxr", "mimic_cxr"))
+                   if AT.get(key)}
+    if not _AT_SOURCES:
+        sys.exit("invalid config:\n  attribution: name the items to summarise: items (a JSONL), cliconsummation or mimic_cxr (folders)")
 
     rule attribution_inputs:
         input:
             stage=stage_code("attribution_inputs"),
-            jsonl=AT["items"],
+            **_AT_SOURCES,  # the project's JSONL and the seed's datasets from their local folders
         output:
             source_items=_at("attribution_inputs", "items"),
         params:
             io=stage_io,
             version=stage_version("attribution_inputs"),
-            settings=settings({}),
+            settings=settings(AT.get("attribution_inputs", {})),
         log:
             _at_log("attribution_inputs"),
         benchmark:
