@@ -54,7 +54,7 @@ if CE.get("enabled", False):
                             f"CiteEval-Auto on the MCiteBench evaluation"))
 
     # the MAVIS and M2RAG evaluations' responses, when their rules are in this run
-    if CE.get("from_evaluate", True) and hasattr(rules, "mavis_generate_answers"):
+    if CE.get("from_evaluate", True) and workflow.is_rule("mavis_generate_answers"):
         rule citeeval_from_mavis:
             input:
                 stage=stage_code("citeeval_from_mavis"),
@@ -75,7 +75,7 @@ if CE.get("enabled", False):
         _CE_SOURCES.append((f"{RUNDIR}/eval_mavis/citeeval_report/report.md", [f"mavis-{m}" for m in _MV_M],
                             "CiteEval-Auto on the MAVIS evaluation"))
 
-    if CE.get("from_evaluate", True) and hasattr(rules, "m2rag_generate"):
+    if CE.get("from_evaluate", True) and workflow.is_rule("m2rag_generate"):
         rule citeeval_from_m2rag:
             input:
                 stage=stage_code("citeeval_from_m2rag"),

@@ -290,7 +290,8 @@ TEXT_FORMATS = {
 def answer_text(prompt: str | None, kind: str, body: dict, text: str, rng: Seeded, library: Prompts) -> str:
     if kind == "json":
         fmt = body.get("response_format") or {}
-        schema = (fmt.get("json_schema") or {}).get("schema") or fmt.get("schema") or library.prompts[prompt].schema
+        schema = ((fmt.get("json_schema") or {}).get("schema") or fmt.get("schema")
+                  or (library.prompts[prompt].schema if prompt else {"type": "object"}))
         value = schema_instance(schema, rng)
         jsonschema.Draft202012Validator(schema).validate(value)  # a stand-in bug, not a model's: fail loudly
         return json.dumps(value)
@@ -439,43 +440,56 @@ class StandIns:
             def do_GET(self) -> None:
                 if self.path.rstrip("/") != f"{endpoint.path}/models":
                     return self._send(404, error(endpoint.flavour, 404, f"no route {self.path}", "NotFoundError", "not_found"))
-                self._send(200, {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "rehearsal"} for m in sorted(endpoint.models)]})
+                models = [{"id": m, "object": "model", "owned_by": "rehearsal"} for m in sorted(endpoint.models)]
+                self._send(200, {"object": "list", "data": models})
 
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                status, payload = outer._answer(endpoint, self.path, self.headers.get("Authorization", ""), body)
-                self._send(status, payload)
+                try:
+                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                except ValueError as err:
+                    return self._send(400, error(endpoint.flavour, 400, f"the body is not JSON: {err}", "BadRequestError", "invalid_json"))
+                self._send(*outer._answer(endpoint, self.path, self.headers.get("Authorization", ""), body))
 
         return Handler
 
     def _answer(self, endpoint: Endpoint, path: str, authorization: str, body: dict) -> tuple[int, dict]:
         model = str(body.get("model"))
-        messages = body.get("messages") or []
-        parts = [p for m in messages for p in (m.get("content") if isinstance(m.get("content"), list) else [{"type": "text", "text": m.get("content") or ""}])]
+        parts = [p for m in body.get("messages") or [] for p in (m.get("content") if isinstance(m.get("content"), list)
+                                                                  else [{"type": "text", "text": m.get("content") or ""}])]
         text = "\n".join(p.get("text", "") for p in parts if p.get("type") == "text")
         images = sum(1 for p in parts if p.get("type") == "image_url")
         prompt = self.prompts.identify(text)
-        label = prompt or "(unrecognised)"
         if path.rstrip("/") != f"{endpoint.path}/chat/completions":
             return 404, error(endpoint.flavour, 404, f"no route {path}", "NotFoundError", "not_found")
-        if endpoint.hosted and authorization not in {f"Bearer rehearsal-{name}" for name in endpoint.key_envs}:
-            self._count(endpoint.url, "refused", model, "401 " + label)
-            return 401, error(endpoint.flavour, 401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
+        refused = self._refusal(endpoint, authorization, model, images)
+        if refused:
+            self._count(endpoint.url, "refused", model, f"{refused[0]} {prompt or '(unrecognised)'}")
+            return refused
+        self._count(endpoint.url, "models", model, prompt or "(unrecognised)")
+        return 200, self._completion(model, body, text, images, prompt)
+
+    def _refusal(self, endpoint: Endpoint, authorization: str, model: str, images: int) -> tuple[int, dict] | None:
+        """What the real server answers a request it refuses: a wrong key, an unknown model, images
+        sent to a text-only model."""
+        hosted, flavour = endpoint.hosted, endpoint.flavour
+        if hosted and authorization not in {f"Bearer rehearsal-{name}" for name in endpoint.key_envs}:
+            return 401, error(flavour, 401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
         if model not in endpoint.models:
-            self._count(endpoint.url, "refused", model, "404 " + label)
-            message = (f"The model `{model}` does not exist or you do not have access to it." if endpoint.hosted
-                       else f"The model `{model}` does not exist.")
-            return 404, error(endpoint.flavour, 404, message, "invalid_request_error" if endpoint.hosted else "NotFoundError", "model_not_found")
+            message = f"The model `{model}` does not exist" + (" or you do not have access to it." if hosted else ".")
+            return 404, error(flavour, 404, message, "invalid_request_error" if hosted else "NotFoundError", "model_not_found")
         if images and not self.sees_images(model):
-            self._count(endpoint.url, "refused", model, "400 " + label)
-            return 400, error(endpoint.flavour, 400, f"{model} is not a multimodal model: image_url content is not supported.",
-                              "invalid_request_error" if endpoint.hosted else "BadRequestError", "invalid_value")
-        kind = "json" if body.get("response_format") or (prompt and self.prompts.prompts[prompt].kind == "json") else \
-            "yesno" if body.get("logprobs") or (prompt and self.prompts.prompts[prompt].kind == "yesno") else "text"
+            return 400, error(flavour, 400, f"{model} is not a multimodal model: image_url content is not supported.",
+                              "invalid_request_error" if hosted else "BadRequestError", "invalid_value")
+        return None
+
+    def _completion(self, model: str, body: dict, text: str, images: int, prompt: str | None) -> dict:
+        """A chat completion for the request: its prompt's answer, a thinking block first where the
+        model's template thinks, cut at max_tokens, with log-probabilities when asked."""
+        kinds = {"json": bool(body.get("response_format")), "yesno": bool(body.get("logprobs"))}
+        kind = next((k for k, asked in kinds.items() if asked), self.prompts.prompts[prompt].kind if prompt else "text")
         rng = Seeded(hashlib.sha256(json.dumps(body, sort_keys=True).encode()).digest())
         answer = answer_text(prompt, kind, body, text, rng, self.prompts)
-        thinking = bool(THINKING.search(model)) and (body.get("chat_template_kwargs") or {}).get("enable_thinking", True)
-        if thinking:
+        if THINKING.search(model) and (body.get("chat_template_kwargs") or {}).get("enable_thinking", True):
             answer = f"<think>\n{rng.sentence()} {rng.sentence()}\n</think>\n\n{answer}"
         answer, finish = cut(answer, int(body.get("max_tokens") or 4096))
         choice = {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": finish, "logprobs": None}
@@ -483,18 +497,16 @@ class StandIns:
             first = TOKEN.findall(answer)[0] if answer else ""
             chosen = 0.5 + 0.45 * rng.int(1000) / 999  # the probability of the token the answer starts with
             p_yes = chosen if first == "yes" else 1 - chosen
-            top = [{"token": first, "logprob": 0.0}] if first not in ("yes", "no") else \
-                [{"token": "yes", "logprob": math.log(p_yes)}, {"token": "no", "logprob": math.log(1 - p_yes)}]
+            top = [{"token": "yes", "logprob": math.log(p_yes)}, {"token": "no", "logprob": math.log(1 - p_yes)}] \
+                if first in ("yes", "no") else [{"token": first, "logprob": 0.0}]
             top = top[: int(body.get("top_logprobs") or 1)]
             choice["logprobs"] = {"content": [{"token": first, "logprob": max(t["logprob"] for t in top), "top_logprobs": top}]}
-        completion = tokens(answer)
+        prompt_tokens, completion = tokens(text) + IMAGE_TOKENS * images, tokens(answer)
         if self.latency_scale:
             time.sleep(self.latency_scale * (LATENCY_S + PER_TOKEN_S * completion))
-        self._count(endpoint.url, "models", model, label)
-        return 200, {"id": f"chatcmpl-{rng.digest.hex()[:24]}", "object": "chat.completion", "created": int(time.time()), "model": model,
-                     "choices": [choice],
-                     "usage": {"prompt_tokens": tokens(text) + IMAGE_TOKENS * images, "completion_tokens": completion,
-                               "total_tokens": tokens(text) + IMAGE_TOKENS * images + completion}}
+        return {"id": f"chatcmpl-{rng.digest.hex()[:24]}", "object": "chat.completion", "created": int(time.time()), "model": model,
+                "choices": [choice], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+                                               "total_tokens": prompt_tokens + completion}}
 
 
 def main(argv: list[str] | None = None) -> int:
