@@ -1,10 +1,14 @@
 # Attribution while generating (seed cite-while-you-generate.txt §3-4, Algorithm 1, App. C-E), part of
-# `evaluate`: items -> generate_attributed (pooled attention per generated token) -> attribute_attention
+# `evaluate`: items JSONL | CliConSummation sheets | MIMIC-CXR reports -> generate_attributed (pooled attention per generated token) -> attribute_attention
 # (Algorithm 1) | attribute_embedding (MiniLM + CLIP) | attribute_self (App. E); attribution_references
 # (file gold + judge silver) -> score_attribution (Tables 2-3).
 AT = "attribution"
 if W.enabled(AT):
-    W.step("attribution_inputs", family=AT, inputs={"jsonl": W.get(f"{AT}.items")}, files={"source_items": "items"})
+    # the project's JSONL, or the seed's datasets from their local folders (§4.1, App. B)
+    _sources = {"jsonl": W.get(f"{AT}.items"), "cliconsummation": W.get(f"{AT}.cliconsummation"), "mimic_cxr": W.get(f"{AT}.mimic_cxr")}
+    if not any(_sources.values()):
+        raise WiringError("attribution: name the items to summarise: items (a JSONL), cliconsummation or mimic_cxr (folders)")
+    W.step("attribution_inputs", family=AT, inputs=_sources, files={"source_items": "items"})
     _items = W.out("attribution_inputs", "source_items")
     _generated = {"generations": W.out("generate_attributed", "generations"), "source_items": _items}
     W.step("generate_attributed", family=AT, inputs={"source_items": _items})

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import yaml
+from snakemake.utils import update_config
 from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,13 +56,22 @@ def image_answer(query: str, items: list[dict], num: int) -> bytes:
                        "searchInformation": {"totalResults": str(len(items))}, "items": items}).encode()
 
 
+def load_config(paths: list[str] | None) -> dict:
+    """The config files merged as Snakemake merges --configfile (nested mappings updated)."""
+    config: dict = {}
+    for path in paths or ["config/config.yaml"]:
+        update_config(config, yaml.safe_load(Path(path).read_text()) or {})
+    return config
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="config/config.yaml")
+    parser.add_argument("--config", action="append", help="config files merged in order, as Snakemake merges them "
+                        "(default config/config.yaml; a recipe: the demo config, then the recipe and its overlays)")
     parser.add_argument("--facts", default="data/runs/demo/mavis/extract_atomic_facts/facts.*.parquet")
     parser.add_argument("--out", default="data/samples/retrieval/mavis_facts.warc.gz", type=Path)
     args = parser.parse_args()
-    config = yaml.safe_load(Path(args.config).read_text())
+    config = load_config(args.config)
     provider = GoogleSearch(config["retrieval"]["search_web"]["google"], need_key=False)
     top_k = config["mavis"]["retrieve_fact_documents"]["image_top_k"]
     paths = sorted(p for p in glob.glob(args.facts) if not p.endswith(".rejects.parquet"))

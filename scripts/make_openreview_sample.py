@@ -17,6 +17,12 @@ table, and (paper 2) a figure that does not exist, so the evidence pairing downs
 resolvable references and rejects to make. A fifth, withdrawn submission has no PDF.
 
     python scripts/make_openreview_sample.py [--out data/samples/openreview/openreview.warc.gz]
+    python scripts/make_openreview_sample.py --papers 20 --page-size 1000 --out <cache>/openreview.warc.gz   # the rehearsal's
+
+--papers N (default 4, the demo) writes N forums with PDFs: after the four papers come variants of
+them (paper k + 4j: its own forum id, submission number, title "... (Study j + 1)", method name
+and scores), so every forum has its own notes. --page-size must be the harvest's `page_size` (the
+listing's URLs carry it; the demo's 2, the real recipe's 1000): replay finds answers by URL.
 """
 from __future__ import annotations
 
@@ -350,7 +356,7 @@ def replies(p: dict, lines_of: dict[str, list[int]]) -> list[dict]:
         104: (f"{m} is compared with {b} in Table 2; the ablation in Figure 2 isolates the contrastive loss.",
               f"Training cost is given in Table 3 and {efficiency}.",
               "Hyperparameters follow Appendix A.1."),
-    }[p["number"]]
+    }[p.get("template", p["number"])]  # a variant answers as the paper it varies
     notes = [
         review(p, f"{f}Rv1", r1, f"How much does each component of {m} contribute to the final {p['metric']}?",
                "The ablations are thin.", 6, 1),
@@ -384,12 +390,12 @@ def submission(p: dict, reply_notes: list[dict]) -> dict:
     }
 
 
-def withdrawn() -> dict:
-    p = dict(forum="WdN0pQ6rSt", number=105)
+def withdrawn(number: int = 105) -> dict:
+    p = dict(forum="WdN0pQ6rSt", number=number)
     sub = {
-        "id": p["forum"], "forum": p["forum"], "number": 105, "cdate": 1727300105000, "mdate": 1731500000000,
+        "id": p["forum"], "forum": p["forum"], "number": number, "cdate": 1727300000000 + number * 1000, "mdate": 1731500000000,
         "invitations": [INVITATION, f"{VENUE}/-/Withdrawn_Submission"], "domain": VENUE,
-        "signatures": [f"{VENUE}/Submission105/Authors"], "readers": ["everyone"],
+        "signatures": [f"{VENUE}/Submission{number}/Authors"], "readers": ["everyone"],
         "content": wrap({
             "title": "A Withdrawn Study of Prompt Length", "authors": ["Anonymous"], "keywords": ["prompting"],
             "abstract": "Withdrawn by the authors before the discussion period.",
@@ -401,27 +407,43 @@ def withdrawn() -> dict:
     return sub
 
 
+def papers(n: int) -> list[dict]:
+    """The four papers, then variants of them: paper i is PAPERS[i % 4], study i // 4 + 1."""
+    out = []
+    for i in range(n):
+        paper, study = PAPERS[i % len(PAPERS)], i // len(PAPERS)
+        if study:  # the forum's first 4 characters name its notes: each variant gets its own
+            paper = dict(paper, template=paper["number"], forum=f"{study:02d}{paper['forum'][2:]}", number=101 + i, title=f"{paper['title']} (Study {study + 1})",
+                         method=f"{paper['method']}{study + 1}", scores=tuple(f"{float(x) + 0.3 * study:.1f}" for x in paper["scores"]))
+        out.append(paper)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="data/samples/openreview/openreview.warc.gz")
-    out = Path(ap.parse_args().out)
+    ap.add_argument("--papers", type=int, default=len(PAPERS), help="forums with a PDF (the four papers, then variants of them)")
+    ap.add_argument("--page-size", type=int, default=PAGE_SIZE, help="notes per listing page: the harvest's page_size")
+    args = ap.parse_args()
+    out = Path(args.out)
     recorder = WarcRecorder(out)
     try:
         subs = []
-        for p in PAPERS:
+        written = papers(args.papers)
+        for p in written:
             pdf, lines_of = make_pdf(p)
             recorder.response(api_url(BASE_URL, "/pdf", {"id": p["forum"]}), 200, "OK", [("Content-Type", "application/pdf")], pdf)
             subs.append(submission(p, replies(p, lines_of)))
-        subs.append(withdrawn())
-        for offset in range(0, len(subs), PAGE_SIZE):
-            params = {"invitation": INVITATION, "details": "replies", "offset": offset, "limit": PAGE_SIZE}
-            page = json.dumps({"notes": subs[offset : offset + PAGE_SIZE], "count": len(subs)}, indent=1) + "\n"
+        subs.append(withdrawn(101 + len(written)))
+        for offset in range(0, len(subs), args.page_size):
+            params = {"invitation": INVITATION, "details": "replies", "offset": offset, "limit": args.page_size}
+            page = json.dumps({"notes": subs[offset : offset + args.page_size], "count": len(subs)}, indent=1) + "\n"
             recorder.response(api_url(BASE_URL, "/notes", params), 200, "OK", [("Content-Type", "application/json")], page.encode())
     except BaseException:
         recorder.abort()
         raise
     recorder.commit()
-    print(f"wrote {len(subs)} submissions ({len(PAPERS)} PDFs) to {out}")
+    print(f"wrote {len(subs)} submissions ({len(written)} PDFs) to {out} ({out.stat().st_size / 1e6:.1f} MB)")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 retrieval stages ask for, so `snakemake --cores 2 release` replays them with no network.
 
     python scripts/make_retrieval_sample.py [--config config/config.yaml] [--out data/samples/retrieval/web.warc.gz]
+    python scripts/make_retrieval_sample.py --config config/config.yaml --config <recipe> --eli5 <larger ELI5 file> --out <cache>/web.warc.gz
 
 The search requests are built by the provider's own code (stages.core.search.google) from the
 config's `retrieval` section and the bundled queries (data/samples/retrieval/queries.jsonl), so
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from snakemake.utils import update_config
 from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
@@ -165,14 +167,24 @@ def google_answer(query: str, items: list[dict], start: int, num: int, total: in
     return json.dumps({"kind": "customsearch#search", "queries": queries, "searchInformation": {"totalResults": str(total)}, "items": items}).encode()
 
 
+def load_config(paths: list[str] | None) -> dict:
+    """The config files merged as Snakemake merges --configfile (nested mappings updated)."""
+    config: dict = {}
+    for path in paths or ["config/config.yaml"]:
+        update_config(config, yaml.safe_load(Path(path).read_text()) or {})
+    return config
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="config/config.yaml")
+    parser.add_argument("--config", action="append", help="config files merged in order, as Snakemake merges them "
+                        "(default config/config.yaml; a recipe: the demo config, then the recipe and its overlays)")
     parser.add_argument("--queries", default="data/samples/retrieval/queries.jsonl")
     parser.add_argument("--eli5", default="data/samples/eli5.jsonl", help="the M2RAG demo's ELI5 questions")
     parser.add_argument("--out", default="data/samples/retrieval/web.warc.gz", type=Path)
     args = parser.parse_args()
-    search = yaml.safe_load(Path(args.config).read_text())["retrieval"]["search_web"]
+    config = load_config(args.config)
+    search = config["retrieval"]["search_web"]
     provider = GoogleSearch(search["google"], need_key=False)
     queries = [json.loads(line) for line in Path(args.queries).read_text().splitlines() if line.strip()]
     recorder = WarcRecorder(args.out)
@@ -214,7 +226,7 @@ def main() -> None:
                                           "thumbnailLink": f"https://thumbs.example/{topic}-{n}", "thumbnailHeight": 75, "thumbnailWidth": 100}})
         record(provider.url(query["text"], "image", 1, search["image_top_k"]), 200, "OK", [("Content-Type", "application/json; charset=UTF-8")],
                google_answer(query["text"], image_items, 1, search["image_top_k"], 120, True))
-    m2rag_search = yaml.safe_load(Path(args.config).read_text())["m2rag"]["search_web"]
+    m2rag_search = config["m2rag"]["search_web"]
     m2rag_k, m2rag_images = m2rag_search["page_top_k"], m2rag_search.get("image_top_k", 0)
     near_duplicates = {}  # the explainer's photo url -> the diagram it re-encodes
     for line in Path(args.eli5).read_text().splitlines():

@@ -37,7 +37,7 @@ PAIRS = [{"fact_id": "i1#0.0", "doc_id": d, "rank": r, "query": FACTS[0]["text"]
          for d, r in (("c4:a", 1), ("c4:b", 2), ("webimg:1", 1), ("webimg:2", 2))]
 
 
-def inputs(tmp_path, images=None):
+def inputs(tmp_path, images=None, images_table="images_deduped"):
     paths = {}
     for name, rows, table in (("facts", FACTS, "mavis_facts"), ("documents", docs(), "mavis_documents"),
                               ("fact_documents", PAIRS, "mavis_fact_documents")):
@@ -45,13 +45,13 @@ def inputs(tmp_path, images=None):
         write_table(paths[name], rows, table)
     if images is not None:
         paths["images"] = tmp_path / "images.parquet"
-        write_table(paths["images"], images, "images_deduped")
+        write_table(paths["images"], images, images_table)
     return [f"--input={k}={v}" for k, v in paths.items()]
 
 
-def run_scoring(tmp_path, stage, llm, images=None, **params):
+def run_scoring(tmp_path, stage, llm, images=None, images_table="images_deduped", **params):
     out = tmp_path / f"{stage}.parquet"
-    run_stage(stage, *inputs(tmp_path, images), f"--output=scores={out}", "--params", json.dumps({"llm": llm, **params}))
+    run_stage(stage, *inputs(tmp_path, images, images_table), f"--output=scores={out}", "--params", json.dumps({"llm": llm, **params}))
     return (pq.read_table(out).to_pylist(), pq.read_table(f"{out}.rejects.parquet").to_pylist(),
             json.loads((tmp_path / f"{stage}.parquet.report.json").read_text()))
 
@@ -98,7 +98,11 @@ def stored_image(tmp_path) -> tuple[str, bytes]:
     return ImageStore(tmp_path / "store").put(data, "jpg"), data
 
 
-def deduped_row(sha, url):
+def cached_row(sha, url):
+    """An images_cached row of a fact image (owner = the fact)."""
     return {"id": f"img:{sha}", "ref_id": "imgref:1", "owner_id": "i1#0.0", "query_id": "i1#0.0", "position": 0, "url": url,
-            "final_url": url, "sha256": sha, "format": "jpeg", "source_format": "jpeg", "width": 120, "height": 90, "bytes": 1,
-            "clip_score": None, "phash": "0" * 16, "duplicates": 0}
+            "final_url": url, "sha256": sha, "format": "jpeg", "source_format": "jpeg", "width": 120, "height": 90, "bytes": 1}
+
+
+def deduped_row(sha, url):
+    return {**cached_row(sha, url), "clip_score": None, "phash": "0" * 16, "duplicates": 0}

@@ -9,6 +9,7 @@ import json
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 from PIL import Image
 
 from stages.core.tables import write_table
@@ -39,12 +40,13 @@ def _jpeg(color, size=(640, 480)) -> bytes:
     return buffer.getvalue()
 
 
-def build_release(folder, n_instances: int = 2):
-    """Write the release under `folder`; returns the manifest path (release.json beside it)."""
+def build_release(folder, n_instances: int = 2, splits: tuple[str, ...] = ("test", "test")):
+    """Write the release under `folder`; returns the manifest path (release.json beside it). Every
+    instance is in the human-annotated test split unless `splits` says otherwise (one per instance)."""
     (folder / "parquet").mkdir(parents=True)
     (folder / "images").mkdir()
     instances, facts, images = [], [], []
-    for post, comment, question, answer, fact_texts in QUESTIONS[:n_instances]:
+    for (post, comment, question, answer, fact_texts), split in zip(QUESTIONS[:n_instances], splits):
         data = _jpeg((40, 160, 40) if post == "p1" else (90, 90, 200))
         sha = hashlib.sha256(data).hexdigest()
         (folder / "images" / f"{sha}.jpg").write_bytes(data)
@@ -53,7 +55,8 @@ def build_release(folder, n_instances: int = 2):
         iid = f"reddit:{post}/{comment}"
         instances.append({"id": iid, "post_id": f"reddit:{post}", "subreddit": "gardening", "domain": "Art & Design",
                           "question": question, "body": "", "image_urls": [url], "answer": answer, "answer_id": f"reddit:{comment}",
-                          "answer_score": 5, "answer_sentences": 3, "answer_rank": 1, "permalink": "", "created_utc": 1, "score": 1})
+                          "answer_score": 5, "answer_sentences": 3, "answer_rank": 1, "permalink": "", "created_utc": 1, "score": 1,
+                          "split": split})
         for k, text in enumerate(fact_texts):
             facts.append({"fact_id": f"{iid}#0.{k}", "instance_id": iid, "sentence": 0, "sentence_text": answer.split(". ")[0],
                           "text": text, "relevance": "relevant", "verifiable": "verifiable", "mode": "title"})
@@ -65,13 +68,14 @@ def build_release(folder, n_instances: int = 2):
         images.append({"sha256": sha, "path": f"images/{sha}.jpg", "width": 900, "height": 300, "url": f"https://x.test/{doc_id}.jpg", "role": "document"})
         documents.append({"doc_id": doc_id, "modality": "image", "source": "web", "url": f"https://x.test/{doc_id}.jpg", "text": stand_in, "image_sha256": sha})
     fact_documents = [{"fact_id": facts[0]["fact_id"], "doc_id": "d:t1", "rank": 1, "query": facts[0]["text"], "score": 0.9, "entailed": True}]
+    split_column = pa.array([i.pop("split") for i in instances], pa.string())
     write_table(folder / "parquet" / "instances.parquet", instances, "reddit_instances")
+    with_split = pq.read_table(folder / "parquet" / "instances.parquet").append_column("split", split_column)
+    pq.write_table(with_split, folder / "parquet" / "instances.parquet")  # release_mavis adds the split column
     write_table(folder / "parquet" / "facts.parquet", facts, "mavis_facts")
     tables = {"documents": pa.Table.from_pylist(documents, schema=pa.schema([("doc_id", pa.string()), ("modality", pa.string()), ("source", pa.string()),
                                                                              ("url", pa.string()), ("text", pa.string()), ("image_sha256", pa.string())])),
               "fact_documents": pa.Table.from_pylist(fact_documents), "images": pa.Table.from_pylist(images)}
-    import pyarrow.parquet as pq
-
     for name, table in tables.items():
         pq.write_table(table, folder / "parquet" / f"{name}.parquet")
     with duckdb.connect(str(folder / "benchmark.duckdb")) as con:

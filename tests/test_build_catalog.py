@@ -48,7 +48,7 @@ def test_evaluation_tables_get_views_when_they_exist(tmp_path):
     comments = run / "mavis" / "harvest_pushshift" / "comments.00000.parquet"
     write_table(comments, [{"id": "reddit:c1", "post_id": "reddit:p", "body": "b", "score": 1, "author": "a", "created_utc": 1}], "reddit_comments")
     summary = run / "eval_mavis" / "mavis_score" / "summary.00000.parquet"
-    write_table(summary, [{"model": "m", "setting": "multi", "method": "vanilla", "scoring": "strict", "metric": "recall",
+    write_table(summary, [{"model": "m", "split": "test", "setting": "multi", "method": "vanilla", "scoring": "strict", "metric": "recall",
                            "value": 0.5, "n": 2, "missing": 0, "note": None}], "mavis_eval_summary")
     not_yet = run / "eval_mavis" / "mavis_score" / "summary.00001.parquet"
     catalog = run / "catalog.duckdb"

@@ -85,3 +85,31 @@ def test_citeeval_rules(tmp_path):
     exported = json.loads((runs / "citeeval" / "citeeval_prepare" / "citeeval.file.json").read_text())
     assert [s["sample_idx"] for s in exported] == ["f1", "f2"]
 
+
+
+def test_mavis_and_m2rag_evaluations_feed_citeeval(workflow_copy, tmp_path):
+    """Every evaluation with cited responses feeds CiteEval-Auto: with a MAVIS and an M2RAG release
+    to evaluate (the families themselves off), `evaluate` plans a converter per MAVIS model and per
+    M2RAG (model, approach), and one CiteEval report beside each evaluation's report."""
+    from m2rag_eval_fixtures import make_m2rag_release
+    from mavis_eval_fixtures import build_release
+
+    mavis = workflow_copy / "mavis-release" / "v1"
+    build_release(mavis)
+    m2rag = make_m2rag_release(tmp_path / "m2rag-release", manifest=False)
+    config = yaml.safe_load((workflow_copy / "config" / "config.yaml").read_text())
+    for family in ("mavis", "mcitebench", "m2rag", "evaluate", "attribution", "retrieval", "images"):
+        config[family]["enabled"] = False
+    config["eval_mavis"]["release"] = str(mavis)
+    config["eval_mavis"]["models"] = [{"name": "mv-a"}, {"name": "mv-b"}]
+    config["eval_m2rag"].update(release=str(m2rag), approaches=["single_stage", "separate"])
+    (workflow_copy / "config" / "test.yaml").write_text(yaml.safe_dump(config))
+    plan = subprocess.run(["snakemake", "--cores", "2", "evaluate", "--configfile", "config/test.yaml", "-n"],
+                          cwd=workflow_copy, capture_output=True, text=True, timeout=300)
+    assert plan.returncode == 0, plan.stdout[-3000:] + plan.stderr[-3000:]
+    counts = dict(re.findall(r"^(citeeval_\w+)\s+(\d+)$", plan.stdout, re.M))
+    assert counts["citeeval_from_mavis"] == "2" and counts["citeeval_from_m2rag"] == "2"  # 2 models; 1 model x 2 approaches
+    assert counts["citeeval_prepare"] == "4" and counts["citeeval_report"] == "2" and "citeeval_from_mcitebench" not in counts
+    for path in ("eval_mavis/citeeval_report/report.md", "eval_m2rag/citeeval_report/report.md",
+                 "citeeval/citeeval_prepare/responses.m2rag-00000-separate.parquet", "citeeval/citeeval_prepare/responses.mavis-00001.parquet"):
+        assert f"data/runs/demo/{path}" in plan.stdout

@@ -64,7 +64,7 @@ def _config(workdir, release, url):
     config["eval_mavis"] = {
         "enabled": True,
         "release": str(release),
-        "mavis_generate_queries": {"n_queries": 1, "limit": 2},
+        "mavis_generate_queries": {"splits": ["test"], "n_queries": 1, "limit": 2},  # the demo's [train] would merge in
         "mavis_retrieve": {"settings": ["text"], "top_k": 2},
         "mavis_generate_answers": {"methods": METHODS},
         "judge": {"name": "rule-judge", "llm": llm("judge")},

@@ -76,3 +76,23 @@ def test_queries_parsed_and_rejects(tmp_path, httpserver: HTTPServer):
     urls = [p["image_url"]["url"] for p in content if p["type"] == "image_url"]
     assert len(urls) == 1 and "cannot see" not in " ".join(p.get("text", "") for p in content)
     assert Image.open(io.BytesIO(base64.b64decode(urls[0].split(",", 1)[1]))).size == (64, 48)  # 640 x 480, longer side 64
+
+
+def test_test_split_by_default_other_splits_when_asked(tmp_path, httpserver: HTTPServer):
+    """§3.2 Step 3: the evaluation reads the human-annotated test split unless asked for more; each
+    query row carries its instance's split; a release without splits stops the stage."""
+    manifest = build_release(tmp_path / "rel" / "v1", splits=("test", "train"))
+    httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(lambda request: _reply('"a query"'))
+    rows, rejects, report = _queries(tmp_path, manifest, httpserver, vision=False)
+    assert [(r["instance_id"], r["split"]) for r in rows] == [(TOMATO, "test")] and not rejects
+    assert report["rows_in"] == 1 and report["stats"]["not_asked"] == 1 and report["stats"]["instances[test]"] == 1
+    rows, _, report = _queries(tmp_path, manifest, httpserver, vision=False, splits=["train", "test"], limit=1)
+    assert [(r["instance_id"], r["split"]) for r in rows] == [(BIRD, "train"), (TOMATO, "test")] and report["stats"]["not_asked"] == 0
+
+    bare = tmp_path / "bare" / "v1"
+    build_release(bare)
+    instances = bare / "parquet" / "instances.parquet"
+    pq.write_table(pq.read_table(instances).drop(["split"]), instances)
+    failed = run_stage("mavis_generate_queries", f"--input=release={bare.parent / 'release.json'}", f"--output=queries={tmp_path / 'q.parquet'}",
+                       "--params", json.dumps({"model": "cand", "llm": {"backend": "openai", "model": "rule"}}), check=False)
+    assert failed.returncode != 0 and "no `split` column" in failed.stderr

@@ -50,8 +50,8 @@ def judge_by_rule(request):
 LONG_GOLD = "Nitrogen deficiency yellows the lower leaves first. " * 11  # 572 characters: over groundedness.py's 500
 
 
-def _response(method, answer, documents, error=None):
-    return {"id": f"resp-{method}", "model": "m", "instance_id": "reddit:p1/c1", "setting": "multi", "method": method,
+def _response(method, answer, documents, error=None, split="test"):
+    return {"id": f"resp-{method}", "model": "m", "instance_id": "reddit:p1/c1", "split": split, "setting": "multi", "method": method,
             "question": "Why are the leaves of my tomato plant turning yellow?", "gold_answer": LONG_GOLD, "retriever": "test",
             "vision": True, "documents": documents, "raw": "upstream error" if error else answer, "answer": answer, "finish_reason": "stop",
             "error": error, "positive_text_documents": 1, "positive_image_documents": 0}
@@ -65,7 +65,7 @@ def test_judge_labels_to_scores(tmp_path, httpserver: HTTPServer):
                  {"number": 2, "doc_id": "d:t2", "modality": "text", "text": "Water at the base.", "image_sha256": None, "extraction": None},
                  {"number": 3, "doc_id": "d:i1", "modality": "image", "text": "A yellowing tomato leaf.", "image_sha256": sha, "extraction": None}]
     responses = tmp_path / "responses.parquet"
-    write_table(responses, [_response("vanilla", ANSWER, documents), _response("cot", "", documents),
+    write_table(responses, [_response("vanilla", ANSWER, documents), _response("cot", "", documents, split="train"),
                             _response("vanilla_ke", "", documents, error="backend: HTTP 500 from x")], "mavis_eval_responses")
     httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(judge_by_rule)
     llm = {"backend": "openai", "model": "rule", "cache": {"path": str(tmp_path / "llm.sqlite")}, "image_store": str(tmp_path / "store"),
@@ -135,3 +135,7 @@ def test_judge_labels_to_scores(tmp_path, httpserver: HTTPServer):
     assert row == (None, 0, 1)
     row = con.execute(f"select value, missing, note from '{summary}' where method = 'vanilla_ke' and scoring = 'reference' and metric = 'relevance'").fetchone()
     assert row[:2] == (None, 1) and "Error" in row[2]
+    # splits are summarised apart: the vanilla answers are of the test split, the empty CoT one of train
+    assert con.execute(f"select distinct split, method from '{summary}' order by 1, 2").fetchall() == [
+        ("test", "vanilla"), ("test", "vanilla_ke"), ("train", "cot")]
+    assert {r["split"] for r in got.values() if r["method"] == "cot"} == {"train"}

@@ -20,7 +20,7 @@ QUERIES = [(TOMATO, 0, "tomato leaves turning yellow from nitrogen deficiency"),
 def test_top_k_per_query_and_setting(tmp_path):
     manifest = build_release(tmp_path / "rel" / "v1")
     queries = tmp_path / "queries.parquet"
-    write_table(queries, [{"id": f"mq:{i}:{k}", "model": "cand", "instance_id": i, "query_index": k, "query": q, "raw": q, "vision": False}
+    write_table(queries, [{"id": f"mq:{i}:{k}", "model": "cand", "instance_id": i, "split": "test", "query_index": k, "query": q, "raw": q, "vision": False}
                           for i, k, q in QUERIES], "mavis_eval_queries")
     out = tmp_path / "retrieved.parquet"
     run_stage("mavis_retrieve", f"--input=queries={queries}", f"--input=release={manifest}", f"--output=retrieved={out}",

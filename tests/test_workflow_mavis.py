@@ -74,7 +74,7 @@ def test_demo_release_rerun_and_catalog(workflow_copy):
     changed = _only_mavis(workflow_copy, min_answer_chars=300)
     planned = run_snakemake(workflow_copy, "release", "--configfile", str(changed), "--dry-run")
     assert _jobs(planned.stdout) == ["build_catalog", "cache_images", "decide_entailment", "extract_atomic_facts", "fact_cache_images",
-                                     "fact_filter_images", "fact_phash_dedup", "filter_entailment_image", "filter_entailment_text",
+                                     "filter_entailment_image", "filter_entailment_text",
                                      "filter_images", "filter_questions", "filter_visual_dependency", "phash_dedup", "release",
                                      "release_mavis", "retrieve_fact_documents", "sample_annotation"]
     # the post images (rules/images.smk) descend from the questions, the instance filters from both
@@ -114,7 +114,7 @@ def test_table10_prompt_edit_reruns_exactly_extract_atomic_facts_and_descendants
     prompt = workflow_copy / "prompts/mavis_fact_filter.md"
     prompt.write_text(prompt.read_text().replace("You and your partners decide", "You and your partners carefully decide"))
     assert _planned_for(workflow_copy, MAVIS_RELEASE, MAVIS_SAMPLE) == {
-        "extract_atomic_facts", "retrieve_fact_documents", "fact_cache_images", "fact_filter_images", "fact_phash_dedup",
+        "extract_atomic_facts", "retrieve_fact_documents", "fact_cache_images",
         "filter_entailment_text", "filter_entailment_image", *DOWNSTREAM_OF_ENTAILMENT}
 
     make_up_to_date(workflow_copy, MAVIS_RELEASE, MAVIS_SAMPLE)

@@ -20,14 +20,11 @@ Rejects: no_items (a response without shown items).
 """
 from __future__ import annotations
 
-import re
-
-from stages.core.citeeval import CITATION
+from stages.core.citeeval import CITATION, split_lists
 from stages.core.refs import figure_table_refs
 from stages.core.stage import Input, Output, Reject, Stage
 
 VERSION = "1"
-_LIST = re.compile(r"\[(\d+(?:\s*[,;]\s*\d+)+)\]")
 
 
 def _text_number(label: str) -> int | None:
@@ -52,11 +49,6 @@ def passages_of(items: list[dict], response: str) -> tuple[list[dict], dict[str,
         passages.append({"id": next_id, "title": item["label"], "text": text, "mode": "caption" if caption else "label"})
         next_id += 1
     return passages, image_ids
-
-
-def split_lists(response: str) -> str:
-    """ "[1, 2]" -> "[1][2]"."""
-    return _LIST.sub(lambda m: "".join(f"[{n}]" for n in re.split(r"\s*[,;]\s*", m.group(1))), response)
 
 
 def mark_figures(text: str, image_ids: dict[str, int]) -> tuple[str, int]:

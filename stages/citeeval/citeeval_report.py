@@ -95,13 +95,14 @@ def _sidecars(ctx, name: str) -> list[dict]:
 
 
 def coverage(con, ctx) -> str:
-    """One row per model file (the inputs list one file per model, in the same order)."""
+    """One row per model file (the inputs list one file per model, in the same order), named by the
+    model values it holds (an evaluation's configurations of that model)."""
     contexts, ratings = _sidecars(ctx, "contexts"), _sidecars(ctx, "ratings")
     rows = []
     for i, path in enumerate(ctx.input_paths("responses")):
         listed = "'" + path.replace("'", "''") + "'"
         model, n_resp, n_stmt = con.execute(
-            f"select any_value(model), count(*), coalesce(sum(n_statements), 0) from read_parquet({listed}) "
+            f"select string_agg(distinct model, '; ' order by model), count(*), coalesce(sum(n_statements), 0) from read_parquet({listed}) "
             "where scenario = 'full' and mode = 'strict'").fetchone()
         ctx_report = contexts[i] if i < len(contexts) else {}
         itc_report = ratings[i] if i < len(ratings) else {}

@@ -59,7 +59,9 @@ Inputs: responses (citeeval_prepared), statements, contexts, ratings (citeeval_i
 (citeeval_editdist), human (optional file).
 Outputs: responses (citeeval_response_scores: one row per response, scenario and mode; counted
 as one per response), statements (citeeval_statement_scores), summary (citeeval_summary), meta
-(citeeval_meta).
+(citeeval_meta). The summary and the meta-evaluation are per `model` value of the responses: one
+input may hold several (a CiteEval file's systems; an evaluation's configurations, e.g. MAVIS's
+"<model> [setting, method]").
 """
 from __future__ import annotations
 
@@ -242,8 +244,8 @@ def run(ctx):
                     for v, h in zip(values[mode], humans):
                         if h is not None and v["citeeval_auto"] is not None and counts_in(v, scenario):
                             for m in MEASURES:
-                                pairs[("statement", scenario, mode, m)][0].append(v[m])
-                                pairs[("statement", scenario, mode, m)][1].append(h)
+                                pairs[(response["model"], "statement", scenario, mode, m)][0].append(v[m])
+                                pairs[(response["model"], "statement", scenario, mode, m)][1].append(h)
                 shown = [h for s, h in zip(rows, humans) if h is not None and (scenario == "full" or s["citations"])]
                 human_rating = mean(shown) if shown else None
                 ctx.stats[f"{scenario}_{mode}_{status}"] += 1
@@ -254,16 +256,15 @@ def run(ctx):
                     "n_counted": sum(1 for v in values[mode] if counts_in(v, scenario)), "human": human_rating,
                 }
                 ctx.write("responses", [row])
-                by_group[(scenario, mode)].append(row)
+                by_group[(response["model"], scenario, mode)].append(row)
                 if human_rating is not None and rating["citeeval_auto"] is not None:
                     for m in MEASURES:
-                        pairs[("response", scenario, mode, m)][0].append(rating[m])
-                        pairs[("response", scenario, mode, m)][1].append(human_rating)
-    model = responses[0]["model"] if responses else ""
-    for (scenario, mode), rows in by_group.items():
+                        pairs[(response["model"], "response", scenario, mode, m)][0].append(rating[m])
+                        pairs[(response["model"], "response", scenario, mode, m)][1].append(human_rating)
+    for (model, scenario, mode), rows in by_group.items():
         ctx.write("summary", [{"model": model, "scenario": scenario, "mode": mode, "metric": metric, "value": value, "n": n}
                               for metric, value, n in system_scores(rows)])
-    for (level, scenario, mode, m), (xs, ys) in sorted(pairs.items()):
+    for (model, level, scenario, mode, m), (xs, ys) in sorted(pairs.items()):
         ctx.write("meta", [{"model": model, "level": level, "scenario": scenario, "mode": mode, "measure": m, **correlations(xs, ys)}])
 
 

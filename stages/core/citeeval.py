@@ -1,6 +1,7 @@
 """CiteEval-Auto's shared vocabulary (citeeval.txt §3.1, §4.2, Eq. 3): the edit actions, Eq. 3 itself,
-the `[k]` citation marker and what counts as a judge's answer. Used by the CiteEval stages (context,
-itercoe, editdist, fit, prepare, the MCiteBench adapter); no stage imports another.
+the `[k]` citation marker (with `split_lists`, the one rewrite of "[1, 2]" into it) and what counts as
+a judge's answer. Used by the CiteEval stages (context, itercoe, editdist, fit, prepare, the adapters
+of each evaluation); no stage imports another.
 
 Eq. 3 rates a statement from the actions that turn its citations into good ones:
 
@@ -30,6 +31,12 @@ PUBLIC_COEFFICIENTS = {
 STATUSES = ("rated", "not_applicable", "uncited_zero", "no_answer", "empty", "missing")
 
 CITATION = re.compile(r"\[(\d+)\]")  # the seed's citation regex (App. C.2)
+_LIST = re.compile(r"\[(\d+(?:\s*[,;]\s*\d+)+)\]")
+
+
+def split_lists(response: str) -> str:
+    """ "[1, 2]" / "[1; 2]" -> "[1][2]": the one form CITATION reads."""
+    return _LIST.sub(lambda m: "".join(f"[{n}]" for n in re.split(r"\s*[,;]\s*", m.group(1))), response)
 
 
 def eq3(counts: dict[str, int], coefficients: dict[str, float]) -> float:

@@ -450,7 +450,7 @@ def _edge(value: Any) -> Edge:
 def rule_files() -> list[Path]:
     """The rule files that declare steps, in the order the Snakefile includes them."""
     order = ["mavis", "images", "retrieval", "m2rag", "openreview", "mcitebench", "eval_mcitebench", "eval_mavis",
-             "citeeval", "eval_m2rag", "attribution", "catalog"]
+             "eval_m2rag", "citeeval", "attribution", "catalog"]  # an evaluation's steps before the steps that read them
     return [ROOT / "rules" / f"{name}.smk" for name in order]
 
 
@@ -459,5 +459,5 @@ def load_steps(config: dict) -> Wiring:
     explain both read the steps here, so what explain shows is what Snakemake runs)."""
     wiring = Wiring(config)
     for path in rule_files():
-        exec(compile(path.read_text(), str(path), "exec"), {"W": wiring, "config": config, "Path": Path})
+        exec(compile(path.read_text(), str(path), "exec"), {"W": wiring, "config": config, "Path": Path, "WiringError": WiringError})
     return wiring

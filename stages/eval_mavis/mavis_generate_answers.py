@@ -97,7 +97,8 @@ def run(ctx):
                 raise StageError(f"retrieved: instance {instance_id} is not in the release {folder}")
             for method in params["methods"]:
                 row = {"id": content_id("mresp", params["model"], instance_id, setting, method), "model": params["model"],
-                       "instance_id": instance_id, "setting": setting, "method": method, "question": instance["question"],
+                       "instance_id": instance_id, "split": instance["split"], "setting": setting, "method": method,
+                       "question": instance["question"],
                        "gold_answer": instance["answer"], "retriever": rows[0]["retriever"], "vision": vision,
                        "documents": numbered_documents(rows, docs), "raw": None, "answer": None, "finish_reason": None, "error": None,
                        **{f"positive_{m}_documents": sum(1 for d in gold.get(instance_id, ()) if docs.get(d, {}).get("modality") == m)

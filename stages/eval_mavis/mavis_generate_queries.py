@@ -8,12 +8,19 @@ A model that cannot see images (`vision` false) reads the question and the post'
 that the image is not shown; one that can gets the question images, their longer side scaled to
 `max_image_side` pixels (App. C.1).
 
+Which instances (§3.2 Step 3: "all of our experimental results are based on this human-annotated
+test set"): the release's `test` split by default; `splits` asks for others (`train`, the
+automatically built rest), each query row carrying its instance's split so the scores and the
+report keep the splits apart. `limit` keeps the first N instances by id of each asked split.
+Instances of splits not asked are not read (counted in `not_asked`); a release without a `split`
+column stops the stage.
+
 Inputs: release (a MAVIS release manifest, folder or benchmark.duckdb; see stages/core/mavis_eval.py).
 Outputs: queries (mavis_eval_queries), one row per (instance, query).
 Rejects (per instance): invalid_answer (the model call failed; raw kept), no_queries (nothing
 parsed from the answer), missing_image (a question image file absent from the release).
 Invariant: instances in = instances with queries + rejected (the query rows fan out, counted per instance).
-Params: model, llm, vision, n_queries, limit, max_image_side, max_tokens.
+Params: model, llm, vision, splits, n_queries, limit, max_image_side, max_tokens.
 """
 from __future__ import annotations
 
@@ -23,9 +30,10 @@ from stages.core.ids import content_id
 from stages.core.images import ImageStore
 from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.mavis_eval import load_release, model_image, question_images, release_folder
-from stages.core.stage import Input, Output, Param, Reject, Stage
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "1"
+VERSION = "2"
+SPLITS = ("test", "train")  # release_mavis: test = the human-annotated sample (§3.2 Step 3), train = the rest
 PROMPT = "mavis_eval_queries"
 _QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”")
 _NUMBERING = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s*")
@@ -43,10 +51,17 @@ def parse_queries(text: str, n: int) -> list[str]:
     return queries[:n]
 
 
-def instances_to_evaluate(release: dict, limit: int) -> list[dict]:
-    """The release's instances in id order, the first `limit` (0 = all)."""
+def instances_to_evaluate(release: dict, splits: list[str], limit: int) -> list[dict]:
+    """The instances of the asked splits, split by split in the order asked, each in id order and
+    cut to its first `limit` (0 = all)."""
     rows = sorted(release["instances"], key=lambda r: r["id"])
-    return rows[:limit] if limit else rows
+    if rows and "split" not in rows[0]:
+        raise StageError("release instances have no `split` column (release_mavis writes test | train): cannot pick the test split")
+    chosen = []
+    for split in dict.fromkeys(splits):
+        of_split = [r for r in rows if r["split"] == split]
+        chosen += of_split[:limit] if limit else of_split
+    return chosen
 
 
 def run(ctx):
@@ -54,10 +69,13 @@ def run(ctx):
     folder = release_folder(ctx.input_path("release"))
     release = load_release(folder)
     vision = sees_images(params)
+    chosen = instances_to_evaluate(release, params["splits"], params["limit"])
+    ctx.stats["not_asked"] = sum(1 for r in release["instances"] if r.get("split") not in params["splits"])
     with LLMClient.from_params(params["llm"], stats=ctx.stats) as client:
         store = ImageStore(client.settings["image_store"])
         instances, requests = [], []
-        for instance in instances_to_evaluate(release, params["limit"]):
+        for instance in chosen:
+            ctx.stats[f"instances[{instance['split']}]"] += 1
             with ctx.item(instance["id"]):
                 images = [model_image(store, folder, row, params["max_image_side"])
                           for row in question_images(instance, release["images"])] if vision else []
@@ -78,8 +96,8 @@ def run(ctx):
                 ctx.stats["instances_with_queries"] += 1
                 ctx.stats["short_of_n"] += len(queries) < params["n_queries"]
                 ctx.write("queries", [{"id": content_id("mq", params["model"], instance["id"], i), "model": params["model"],
-                                       "instance_id": instance["id"], "query_index": i, "query": q, "raw": answer.value,
-                                       "vision": vision} for i, q in enumerate(queries)])
+                                       "instance_id": instance["id"], "split": instance["split"], "query_index": i, "query": q,
+                                       "raw": answer.value, "vision": vision} for i, q in enumerate(queries)])
 
 
 def _invariant(ctx) -> str | None:
@@ -97,8 +115,10 @@ STAGE = Stage(
         "model": Param(str, help="the candidate's name (config eval_mavis.models[].name)", pattern=r"^[A-Za-z0-9_.-]+$"),
         "llm": Param(dict, {}, "llm settings of the candidate (the llm: section with the model's overrides)", schema="llm"),
         "vision": Param(bool, None, "send the question images; null = what the backend takes (llamacpp: no)"),
+        "splits": Param(list, ["test"], "release splits to evaluate, each reported apart (§3.2 Step 3: the human-annotated "
+                                        "test split; train = the automatically built rest)", items=Param(str, choices=SPLITS), min=1),
         "n_queries": Param(int, 1, "N, search queries per question (§5.3: N = 1)", min=1),
-        "limit": Param(int, 0, "evaluate only the first N instances of the release, by id (0 = all)", min=0),
+        "limit": Param(int, 0, "evaluate only the first N instances by id of each asked split (0 = all)", min=0),
         "max_image_side": Param(int, 512, "longer side of images sent to the model, in pixels (App. C.1)", min=32),
         "max_tokens": Param(int, 128, "answer length budget in tokens (0 = the prompt's default)", min=0),
     },

@@ -29,7 +29,9 @@ causal LM that mauve featurizes itself (`gpt2-large` as the seed, on a GPU: `mau
 
 Inputs: responses, sentences, judgements (one model's).
 Outputs: scores (mavis_eval_scores: one row per answer and scoring), summary (mavis_eval_summary:
-means per setting, method, scoring and metric, with counts of scored and missing answers).
+means per release split, setting, method, scoring and metric, with counts of scored and missing
+answers). The splits never mix: the test split (human-annotated, §3.2 Step 3) is the paper's
+numbers, another split asked for is summarised on its own.
 Invariant: score rows = 2 x responses (no rejects).
 Params: mauve_featurizer, mauve_device, mauve_scaling, mauve_seed, mauve_max_text_length.
 """
@@ -169,33 +171,33 @@ def run(ctx):
             values = strict_row(response, sentences[(rid, "strict")], entry) if scoring == "strict" else \
                 reference_row(response, sentences[(rid, "reference_grounding")], sentences[(rid, "reference_relevance")], entry)
             rows.append({"response_id": rid, "model": response["model"], "instance_id": response["instance_id"],
-                         "setting": response["setting"], "method": response["method"], "scoring": scoring, **values,
+                         "split": response["split"], "setting": response["setting"], "method": response["method"], "scoring": scoring, **values,
                          "n_facts": len(entry["facts"]), "failed_judge_calls": entry["failed"]})
     ctx.write("scores", rows)
     groups = collections.defaultdict(list)
     for row in rows:
-        groups[(row["model"], row["setting"], row["method"], row["scoring"])].append(row)
+        groups[(row["model"], row["split"], row["setting"], row["method"], row["scoring"])].append(row)
     by_group = collections.defaultdict(list)
     for r in responses:
-        by_group[(r["model"], r["setting"], r["method"])].append(r)
+        by_group[(r["model"], r["split"], r["setting"], r["method"])].append(r)
     featurize = sentence_featurizer()
     note = ENCODER_NOTE if params["mauve_featurizer"] == "sentence-encoder" else f"MAUVE over {params['mauve_featurizer']} features"
     summary = []
-    for (model, setting, method, scoring), members in sorted(groups.items()):
+    for (model, split, setting, method, scoring), members in sorted(groups.items()):
         for metric in QUALITY + STATISTICS:
             values = [m[metric] for m in members if m[metric] is not None]
             left_out = len(members) - len(values)
-            summary.append({"model": model, "setting": setting, "method": method, "scoring": scoring, "metric": metric,
+            summary.append({"model": model, "split": split, "setting": setting, "method": method, "scoring": scoring, "metric": metric,
                             "value": sum(values) / len(values) if values else None, "n": len(values), "missing": left_out,
                             "note": LEFT_OUT.get(metric) if scoring == "reference" and left_out else None})
-    for (model, setting, method), group in sorted(by_group.items()):
+    for (model, split, setting, method), group in sorted(by_group.items()):
         for scoring in SCORINGS:
             gold, answers = mauve_inputs(group, scoring)
             value = mauve_value(gold, answers, params, featurize)
             ctx.stats["mauve_groups"] += 1
             how = {"strict": "strict: answered responses, gold answer vs answer, no question prefix",
                    "reference": "reference: fluency.py's instances and texts (question prefix, drops)"}[scoring]
-            summary.append({"model": model, "setting": setting, "method": method, "scoring": scoring, "metric": "mauve",
+            summary.append({"model": model, "split": split, "setting": setting, "method": method, "scoring": scoring, "metric": "mauve",
                             "value": value, "n": len(answers), "missing": len(group) - len(answers),
                             "note": f"{note}; {how}" + ("" if value is not None else f"; needs at least 2 texts a side, got {len(gold)} and {len(answers)}")})
     ctx.write("summary", summary)

@@ -1,15 +1,18 @@
 """The MAVIS evaluation report (mavis.txt §5.3-5.6, Tables 4-5, Figure 4): a markdown report laid
 out like the seed's main table, two plots and a DuckDB file with every evaluation table.
 
+- Per release split, the test split (human-annotated, §3.2 Step 3: the paper's numbers) first and
+  any other split asked for after it, under its own heading (never mixed with the test split):
 - Main results (cf. Tables 4 and 5): per model, one row per (setting, method): Informativeness F1,
   Complete, Relevant, Groundedness F1, Recall, Precision, MAUVE (0-100), and the statistics
   Retrieved text / image and Utilised text / image (documents per answer). Printed for the strict
   scoring first, then the reference-compatible one, labelled, with what differs.
 - Per-modality groundedness and utilisation (cf. §5.6, Figure 4): precision per document modality
   and the utilisation ratio, as tables and as the plots `groundedness_plot` and `utilisation_plot`.
-- Coverage: per model the instances, responses, failed generations by reason (responses with an
-  `error`), rejected answers (the responses' report sidecar), failed judge calls, and the answers
-  whose metrics are missing.
+- Coverage: per model the instances (per split), responses, failed generations by reason (responses
+  with an `error`), rejected answers (the responses' report sidecar), failed judge calls, and the
+  answers whose metrics are missing. A run that evaluated no instance says why (an empty test split:
+  no annotations imported).
 - Retrieval quality (cf. Table 3, optional input `retrieval`: mavis_retrieval_quality's summary):
   NDCG@10 and Recall@100 per retriever, model and split.
 - Judge validation (cf. Table 6, optional input `agreement`: mavis_validate_judge's): Pearson r of
@@ -43,6 +46,8 @@ PERCENT = [("informativeness_f1", "Inf. F1"), ("completeness", "Complete"), ("re
            ("groundedness_f1", "Grd. F1"), ("recall", "Recall"), ("precision", "Precision"), ("mauve", "MAUVE")]
 COUNTS = [("retrieved_text", "Retrieved text"), ("retrieved_image", "Retrieved image"), ("used_text", "Utilised text"),
           ("used_image", "Utilised image")]
+SPLIT_HEADINGS = {"test": "test split (human-annotated, §3.2 Step 3: the paper's evaluation set)",
+                  "train": "train split (automatically built, not human-annotated: reported apart, not comparable to the paper)"}
 NOTES = {
     "strict": "Strict scoring (the paper's formulas, §4), on the answer's sentences: relevance, recall and precision average "
               "over every sentence; a sentence without citations has recall and precision 0; a citation to a number that names "
@@ -69,28 +74,28 @@ def _fmt(value, percent: bool) -> str:
     return f"{100 * value:.1f}" if percent else f"{value:.1f}"
 
 
-def main_table(summary: dict, combos: list[tuple[str, str, str]], scoring: str) -> str:
+def main_table(summary: dict, combos: list[tuple[str, str, str, str]], scoring: str) -> str:
     rows = []
-    for model, setting, method in combos:
-        cells = [summary.get((model, setting, method, scoring, metric)) for metric, _ in PERCENT + COUNTS]
+    for model, split, setting, method in combos:
+        cells = [summary.get((model, split, setting, method, scoring, metric)) for metric, _ in PERCENT + COUNTS]
         rows.append([model, f"+ {SETTING_NAMES[setting]}", METHOD_NAMES[method]]
                     + [_fmt(c["value"] if c else None, i < len(PERCENT)) + (f" ({c['missing']} missing)" if c and c["missing"] else "")
                        for i, c in enumerate(cells)])
     return md_table(["Model", "Setting", "Method"] + [label for _, label in PERCENT + COUNTS], rows)
 
 
-def modality_table(summary: dict, combos: list[tuple[str, str, str]], scoring: str) -> str:
-    rows = [[m, SETTING_NAMES[s], METHOD_NAMES[t]] + [_fmt((summary.get((m, s, t, scoring, metric)) or {}).get("value"), True)
+def modality_table(summary: dict, combos: list[tuple[str, str, str, str]], scoring: str) -> str:
+    rows = [[m, SETTING_NAMES[s], METHOD_NAMES[t]] + [_fmt((summary.get((m, sp, s, t, scoring, metric)) or {}).get("value"), True)
                                                    for metric in ("precision_text", "precision_image", "utilisation_text", "utilisation_image")]
-            for m, s, t in combos]
+            for m, sp, s, t in combos]
     return md_table(["Model", "Setting", "Method", "Grd. (precision) text", "Grd. (precision) image", "Utilisation text",
                      "Utilisation image"], rows)
 
 
-def plot(summary: dict, combos: list[tuple[str, str, str]], metrics: tuple[str, str], title: str, ylabel: str, path: str) -> None:
-    groups = [f"{m}\n{SETTING_NAMES[s]}\n{METHOD_NAMES[t]}" for m, s, t in combos]
-    series = {label: [None if (summary.get((m, s, t, "strict", metric)) or {}).get("value") is None
-                      else 100 * summary[(m, s, t, "strict", metric)]["value"] for m, s, t in combos]
+def plot(summary: dict, combos: list[tuple[str, str, str, str]], metrics: tuple[str, str], title: str, ylabel: str, path: str) -> None:
+    groups = [f"{m}\n{SETTING_NAMES[s]}\n{METHOD_NAMES[t]}" + (f"\n({sp})" if sp != "test" else "") for m, sp, s, t in combos]
+    series = {label: [None if (summary.get((m, sp, s, t, "strict", metric)) or {}).get("value") is None
+                      else 100 * summary[(m, sp, s, t, "strict", metric)]["value"] for m, sp, s, t in combos]
               for metric, label in zip(metrics, ("text documents", "image documents"))}
     grouped_bars(groups, series, title, ylabel, path)
 
@@ -102,7 +107,10 @@ def coverage_rows(con, responses_paths: list[str]) -> list[tuple]:
         report = json.loads(sidecar.read_text()) if sidecar.exists() else {}
         model = report.get("params", {}).get("model") or Path(path).stem
         counts = con.execute(
-            "select (select count(distinct instance_id) from queries where model = $m), (select count(*) from responses where model = $m), "
+            "select (select count(distinct instance_id) from queries where model = $m), "
+            "(select string_agg(split || ' ' || n, ', ' order by split = 'train', split) from "
+            " (select split, count(distinct instance_id) as n from queries where model = $m group by split)), "
+            "(select count(*) from responses where model = $m), "
             "(select count(*) from responses where model = $m and error is not null), "
             "(select coalesce(json_group_object(reason, n), '{}') from (select split_part(error, ':', 1) as reason, count(*) as n "
             "  from responses where model = $m and error is not null group by 1)), "
@@ -111,7 +119,7 @@ def coverage_rows(con, responses_paths: list[str]) -> list[tuple]:
             "(select count(*) from scores where model = $m and scoring = 'strict' and (groundedness_f1 is null or informativeness_f1 is null)), "
             "(select any_value(retriever) from retrieved where model = $m), (select any_value(vision) from responses where model = $m)",
             {"m": model}).fetchone()
-        rows.append((model, counts[0], report.get("rows_in"), counts[1], counts[2], counts[3], report.get("rejected"), *counts[4:]))
+        rows.append((model, counts[0], counts[1], report.get("rows_in"), counts[2], counts[3], counts[4], report.get("rejected"), *counts[5:]))
     return rows
 
 
@@ -137,6 +145,26 @@ def extra_sections(ctx) -> list[str]:
     return parts
 
 
+def split_sections(summary: dict, combos: list[tuple[str, str, str, str]]) -> list[str]:
+    """The result tables of each split under its own heading, the test split first."""
+    splits = sorted({c[1] for c in combos}, key=lambda s: (s != "test", s))
+    if not splits:
+        return ["No instance was evaluated. The default is the release's test split (the human-annotated sample, "
+                "§3.2 Step 3), which is empty until the annotators' sheet is imported (mavis.annotations); other splits "
+                "are evaluated only when asked (eval_mavis.mavis_generate_queries.splits), and reported apart."]
+    parts = []
+    for split in splits:
+        of_split = [c for c in combos if c[1] == split]
+        heading = SPLIT_HEADINGS.get(split, f"{split} split")
+        for scoring in ("strict", "reference"):
+            parts += [f"## Main results (cf. Tables 4-5), {heading}, {scoring} scoring", NOTES[scoring], main_table(summary, of_split, scoring)]
+        parts += [f"## Groundedness and utilisation by document modality (cf. §5.6, Figure 4), {heading}, strict scoring",
+                  "Groundedness here is precision (each citation judged alone) over citations to documents of that modality; "
+                  "utilisation is cited / retrieved documents of that modality, per answer.",
+                  modality_table(summary, of_split, "strict")]
+    return parts
+
+
 def run(ctx):
     loaded: dict[str, int] = {}
     with portable_duckdb_file(ctx.output_path("db"), check=lambda tmp: check_row_counts(tmp, loaded)) as con:
@@ -145,13 +173,13 @@ def run(ctx):
         for name in OPTIONAL:
             if ctx.has_input(name):
                 loaded[name] = ctx.stats[f"{name}_rows"] = load_parquet(con, name, ctx.input_paths(name))
-        con.execute("create table coverage (model varchar, instances_with_queries bigint, answers_asked bigint, responses bigint, "
-                    "failed_generations bigint, failed_by_reason json, rejected bigint, truncated bigint, failed_judge_calls bigint, "
-                    "answers_with_missing_f1 bigint, retriever varchar, vision boolean)")
-        con.executemany("insert into coverage values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", coverage_rows(con, ctx.input_paths("responses")))
-        summary = {(r["model"], r["setting"], r["method"], r["scoring"], r["metric"]): r for r in ctx.read_rows("summary")}
+        con.execute("create table coverage (model varchar, instances_with_queries bigint, instances_by_split varchar, answers_asked bigint, "
+                    "responses bigint, failed_generations bigint, failed_by_reason json, rejected bigint, truncated bigint, "
+                    "failed_judge_calls bigint, answers_with_missing_f1 bigint, retriever varchar, vision boolean)")
+        con.executemany("insert into coverage values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", coverage_rows(con, ctx.input_paths("responses")))
+        summary = {(r["model"], r["split"], r["setting"], r["method"], r["scoring"], r["metric"]): r for r in ctx.read_rows("summary")}
         order = {k: i for i, k in enumerate(SETTINGS + METHODS)}
-        combos = sorted({k[:3] for k in summary}, key=lambda c: (c[0], order[c[1]], order[c[2]]))
+        combos = sorted({k[:4] for k in summary}, key=lambda c: (c[1] != "test", c[1], c[0], order[c[2]], order[c[3]]))
         notes = sorted({r["note"] for r in summary.values() if r["metric"] == "mauve" and r["note"]})
         coverage = con.execute("select * exclude (failed_by_reason) from coverage order by model").fetchall()
         markdown = "\n\n".join([
@@ -161,18 +189,13 @@ def run(ctx):
             "computed per answer and then averaged (mavis.txt §4). \"(k missing)\" counts the answers left out of a mean "
             "because a judge call failed.",
             "## Coverage",
-            md_table(["Model", "Instances", "Answers asked", "Responses", "Failed generations", "Rejected", "Truncated", "Failed judge calls",
-                      "Answers with a missing F1", "Retriever", "Vision"], [list(r) for r in coverage]),
+            md_table(["Model", "Instances", "By split", "Answers asked", "Responses", "Failed generations", "Rejected", "Truncated",
+                      "Failed judge calls", "Answers with a missing F1", "Retriever", "Vision"], [list(r) for r in coverage]),
             "Failed generations (the answer call, or a +KE extraction, failed or came back empty) are responses: strict scores "
             "them 0 on every metric, reference as the public code's \"Error\" answer (see the notes below). Rejected: answers "
             "not asked (a release image missing).",
-            *[part for scoring in ("strict", "reference") for part in (
-                f"## Main results (cf. Tables 4-5), {scoring} scoring", NOTES[scoring], main_table(summary, combos, scoring))],
+            *split_sections(summary, combos),
             "Fluency: " + (" ".join(notes) if notes else "MAUVE as configured."),
-            "## Groundedness and utilisation by document modality (cf. §5.6, Figure 4), strict scoring",
-            "Groundedness here is precision (each citation judged alone) over citations to documents of that modality; "
-            "utilisation is cited / retrieved documents of that modality, per answer.",
-            modality_table(summary, combos, "strict"),
             f"![groundedness by modality]({Path(ctx.output_path('groundedness_plot')).name})",
             f"![utilisation by modality]({Path(ctx.output_path('utilisation_plot')).name})",
             *extra_sections(ctx),

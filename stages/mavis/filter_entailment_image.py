@@ -6,16 +6,22 @@ The seed's best visual entailment model is SkyworkVLReward-8B (Table 2, F1 50.1)
 the higher reward of the two completions. Here a vision-language model gets the same question
 (prompts/mavis_entail_image.md) with the image, and its answer is scored as P(yes) by the model
 layer, the probability of the first option against the second. A backend that takes images gets
-the stored image (the fact's image after cache_images -> filter_images -> phash_dedup), `mode`
-`image`; a text-only backend (the embedded model) reads the image's text stand-in (the search
+the stored image of the fact's document, `mode` `image`; a text-only backend (the embedded model) reads the image's text stand-in (the search
 result's title and snippet), `mode` `text_stand_in`. Scores only: decide_entailment applies the
 threshold.
 
+Which images: MAVIS filters the documents by entailment only (§3.2 Step 2, App. A.3), so `images`
+is the fact images as cached (cache_images: downloaded, decoded, stored; owner = fact, url = the
+document's url). M2RAG's image filters (size, CLIP, pHash: filter_images -> phash_dedup) may run in
+between as an option (config `mavis.fact_image_filters`, off by default): then `images` is their
+output, and an image they dropped is rejected here `image_not_kept`.
+
 Inputs `facts`, `documents`, `fact_documents` (the pairs whose document is an image) and `images`
-(the fact images as cached, or deduplicated when mavis.fact_image_filters is on: owner = fact, url = the document's url).
+(images_cached, or images_filtered / images_deduped of the optional filters: every such table holds
+images_cached's columns).
 Output `scores` (mavis_entailment_scores).
-Rejects (per pair `<fact_id>|<doc_id>`): image_not_kept (the image stages dropped the image: see
-their rejects), invalid_answer, unknown_fact, unknown_document.
+Rejects (per pair `<fact_id>|<doc_id>`): image_not_kept (the image stages dropped the image:
+not cached, or filtered when the filters are on; see their rejects), invalid_answer, unknown_fact, unknown_document.
 Invariant: image pairs in = scores + rejected.
 """
 from __future__ import annotations
@@ -35,7 +41,8 @@ def run(ctx) -> None:
         with ctx.item(pair_id(pair), counted=False):
             sha = kept.get((pair["fact_id"], doc["url"]))
             if sha is None:
-                raise Reject("image_not_kept", f"{doc['url']} did not pass cache_images/filter_images/phash_dedup for this fact")
+                raise Reject("image_not_kept", f"{doc['url']} is not among the fact's kept images (cache_images, and the "
+                                                 "image filters when they are on)")
             items.append((pair, fact, doc))
             modes.append("image" if vision else "text_stand_in")
             requests.append(LLMRequest(pair_id(pair), "mavis_entail_image",
@@ -52,7 +59,8 @@ STAGE = Stage(
         "facts": Input("mavis_facts shards: the hypotheses", many=True, table="mavis_facts"),
         "documents": Input("mavis_documents: the image documents", many=True, table="mavis_documents"),
         "fact_documents": Input("mavis_fact_documents: the pairs to score", many=True, table="mavis_fact_documents"),
-        "images": Input("the fact images as cached, owner = fact (images_deduped rows when mavis.fact_image_filters is on)", many=True, table="images_cached"),
+        "images": Input("the fact images as cached (owner = fact), or after the optional image filters", many=True,
+                        table="images_cached"),
     },
     outputs={"scores": Output("mavis_entailment_scores", "P(yes) per (image, fact) pair")},
     params={

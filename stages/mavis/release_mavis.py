@@ -270,7 +270,8 @@ STAGE = Stage(
         "judged": Input("mavis_judged_documents: scored pairs with the entailment decision", many=True, optional=True,
                         table="mavis_judged_documents"),
         "question_images": Input("images_deduped of the posts (owner = post)", many=True, optional=True, table="images_deduped"),
-        "document_images": Input("the fact images as cached, owner = fact (images_deduped rows when mavis.fact_image_filters is on)", many=True, optional=True, table="images_cached"),
+        "document_images": Input("the fact images as filter_entailment_image read them (images_cached, or the optional "
+                                 "filters' output; owner = fact)", many=True, optional=True, table="images_cached"),
         "annotations": Input("filled-in annotation sheet of sample_annotation (CSV)", optional=True, kind="file"),
         "rejects": Input("rejects sidecars of the family's stages, counted in the card", many=True, optional=True, table="rejects"),
     },
