@@ -21,11 +21,20 @@ if W.enabled(EM_) and (W.get(f"{EM_}.release") or W.enabled("mavis")):
     W.step("mavis_score", family=EM_, **_per_model,
            inputs={"responses": W.out("mavis_generate_answers", "responses"), "sentences": W.out("mavis_judge", "sentences"),
                    "judgements": W.out("mavis_judge", "judgements")})
+    # Table 3: each retriever ranking the whole release database against the entailed fact documents
+    W.step("mavis_retrieval_quality", family=EM_, inputs={"queries": W.every("mavis_generate_queries", "queries"), "release": _release})
+    # Table 6: a label sheet of the judge's answered judgements; with labelled copies, judge vs humans
+    _labels = W.get(f"{EM_}.human_labels")
+    W.step("mavis_validate_judge", family=EM_, files={"label_sheet": "label_sheet.csv", "labels": "labels", "agreement": "agreement"},
+           inputs={"responses": W.every("mavis_generate_answers", "responses"), "sentences": W.every("mavis_judge", "sentences"),
+                   "judgements": W.every("mavis_judge", "judgements"), "release": _release, "labels": _labels})
     _tables = {"queries": "mavis_generate_queries", "retrieved": "mavis_retrieve", "responses": "mavis_generate_answers",
                "sentences": "mavis_judge", "judgements": "mavis_judge", "scores": "mavis_score", "summary": "mavis_score"}
     _shown = {"category": "mavis", "subcategory": "evaluation"}
-    W.step("report_mavis", family=EM_, inputs={name: W.every(rule, name) for name, rule in _tables.items()},
+    W.step("report_mavis", family=EM_,
+           inputs={**{name: W.every(rule, name) for name, rule in _tables.items()}, "retrieval": W.out("mavis_retrieval_quality", "summary"),
+                   "agreement": W.out("mavis_validate_judge", "agreement") if _labels else None},
            files={"report": "report.md", "groundedness_plot": "groundedness_by_modality.png",
                   "utilisation_plot": "utilisation_by_modality.png", "db": "evaluation.duckdb"},
            reports={"report": _shown, "groundedness_plot": _shown, "utilisation_plot": _shown})
-    W.evaluations.append(W.steps["report_mavis"].output("report"))
+    W.evaluations += [W.steps["report_mavis"].output("report"), W.steps["mavis_validate_judge"].output("label_sheet")]
