@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import REPO, WORKFLOW_PARTS
+from conftest import REPO, WORKFLOW_PARTS, make_up_to_date, run_snakemake
 
 pytestmark = pytest.mark.slow
 RUN = "data/runs/demo/m2rag"
@@ -198,3 +198,20 @@ def test_kill_under_forcerun_then_the_readme_crash_command(tmp_path):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def test_the_crash_command_plans_the_rule_whose_outputs_a_killed_rerun_deleted(tmp_path):
+    """The state a kill under --forcerun leaves, made directly: every output up to date, then the
+    Parquet outputs and rejects of filter_queries gone (Snakemake deleted them before the killed
+    job; the stage committed nothing). The crash command's run plans filter_queries and everything
+    downstream of it (a dry run: the DAG alone, in seconds)."""
+    work = m2rag_copy(tmp_path / "wf", LIMIT)
+    make_up_to_date(work, "release")
+    for shard in SHARDS:
+        table = work / RUN / "filter_queries" / f"filtered_queries.{shard}.parquet"
+        table.unlink()
+        Path(f"{table}.rejects.parquet").unlink()
+    planned = run_snakemake(work, "-n", "release", "--rerun-incomplete").stdout
+    rules = {line.split()[-1].rstrip(":") for line in planned.splitlines() if line.startswith(("rule ", "localrule "))}
+    assert {"filter_queries", "classify_queries", "sample_queries", "release_m2rag", "build_catalog"} <= rules, planned[-3000:]
+    assert "harvest_hub_dataset" not in rules  # upstream of the killed rule: up to date
