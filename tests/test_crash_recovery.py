@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import REPO, WORKFLOW_PARTS, demo_config
+
+from conftest import REPO, WORKFLOW_PARTS, demo_config, make_up_to_date, run_snakemake
 
 pytestmark = pytest.mark.slow
 RUN = "data/runs/demo/m2rag"
@@ -149,8 +150,8 @@ def test_kill_mid_model_stage_then_the_readme_crash_command(tmp_path):
 
 def test_kill_under_forcerun_then_the_readme_crash_command(tmp_path):
     """A complete run, then `--forcerun filter_queries` killed while the rule runs: Snakemake has
-    deleted the rule's outputs (Parquet and rejects) before starting it, the stage had committed
-    nothing, only its older report.json and the older downstream outputs are left. The crash command
+    deleted the rule's outputs (Parquet and both sidecars) before starting it, the stage had committed
+    nothing, only the older downstream outputs are left. The crash command
     must rerun the killed rule and everything downstream of it, not say "Nothing to be done"."""
     work = m2rag_copy(tmp_path / "wf", LIMIT)
     procs = []
@@ -176,9 +177,9 @@ def test_kill_under_forcerun_then_the_readme_crash_command(tmp_path):
             time.sleep(0.05)
         os.killpg(forced.pid, signal.SIGKILL)
         forced.wait()
-        # what the kill left: no output, no rejects sidecar, the older report beside them, older downstream tables
-        assert not any(p.exists() or Path(f"{p}.rejects.parquet").exists() for p in filtered)
-        assert all(Path(f"{p}.report.json").exists() for p in filtered) and all(p.exists() for p in classified)
+        # what the kill left: no output and no sidecars (all declared outputs, deleted before the forced job), older downstream tables
+        assert not any(p.exists() or Path(f"{p}.rejects.parquet").exists() or Path(f"{p}.report.json").exists() for p in filtered)
+        assert all(p.exists() for p in classified)
 
         recover = shell(crash_command(), work)
         procs.append(recover)
@@ -186,7 +187,7 @@ def test_kill_under_forcerun_then_the_readme_crash_command(tmp_path):
         assert recover.returncode == 0, out[-4000:]
         assert "Nothing to be done" not in out, out[-3000:]
         assert all(p.exists() and Path(f"{p}.rejects.parquet").exists() for p in filtered)
-        assert all(Path(f"{p}.report.json").stat().st_mtime > built_at for p in filtered)  # the stale report replaced
+        assert all(Path(f"{p}.report.json").stat().st_mtime > built_at for p in filtered)
         assert all(p.stat().st_mtime > built_at for p in classified), "the tables downstream of the killed rule were not rebuilt"
         assert min(p.stat().st_mtime for p in classified) >= max(p.stat().st_mtime for p in filtered)
         assert (work / RUN / "release_m2rag/release.json").stat().st_mtime > built_at
@@ -198,3 +199,20 @@ def test_kill_under_forcerun_then_the_readme_crash_command(tmp_path):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def test_the_crash_command_plans_the_rule_whose_outputs_a_killed_rerun_deleted(tmp_path):
+    """The state a kill under --forcerun leaves, made directly: every output up to date, then the
+    Parquet outputs and rejects of filter_queries gone (Snakemake deleted them before the killed
+    job; the stage committed nothing). The crash command's run plans filter_queries and everything
+    downstream of it (a dry run: the DAG alone, in seconds)."""
+    work = m2rag_copy(tmp_path / "wf", LIMIT)
+    make_up_to_date(work, "release")
+    for shard in SHARDS:
+        table = work / RUN / "filter_queries" / f"filtered_queries.{shard}.parquet"
+        table.unlink()
+        Path(f"{table}.rejects.parquet").unlink()
+    planned = run_snakemake(work, "-n", "release", "--rerun-incomplete").stdout
+    rules = {line.split()[-1].rstrip(":") for line in planned.splitlines() if line.startswith(("rule ", "localrule "))}
+    assert {"filter_queries", "classify_queries", "sample_queries", "release_m2rag", "build_catalog"} <= rules, planned[-3000:]
+    assert "harvest_hub_dataset" not in rules  # upstream of the killed rule: up to date

@@ -133,7 +133,7 @@ def check_answer(request: requests.PreparedRequest, status: int, body: bytes) ->
     is not of the shape praw reads; anything else (an error status, a body that is not JSON) is
     left to praw, which has its own errors for those."""
     path = urlsplit(request.url).path.rstrip("/")
-    kind = "/comments" if "/comments/" in path else next((k for k in ANSWERS if path.endswith(k)), None)
+    kind = next((k for k in ("/new", "/api/morechildren") if path.endswith(k)), "/comments" if "/comments/" in path else None)
     if status != 200 or kind is None:
         return
     try:
