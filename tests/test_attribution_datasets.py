@@ -114,7 +114,7 @@ def test_rule_reads_the_dataset_folders_named_in_the_config(workflow_copy, tmp_p
     refused before any job runs."""
     import yaml
 
-    from conftest import run_snakemake
+    from conftest import demo_config, run_snakemake
 
     clicon = tmp_path / "clicon"
     (clicon / "Visuals").mkdir(parents=True)
@@ -122,8 +122,8 @@ def test_rule_reads_the_dataset_folders_named_in_the_config(workflow_copy, tmp_p
         csv.writer(fh).writerows(_block("7", [("My ear hurts.", "Since when?", "", "")]) + _block("8", [("A cough.", "How long?", "", "")]))
     mimic = tmp_path / "mimic"
     _report(mimic, "10000001", "50000001")
-    config = yaml.safe_load((workflow_copy / "config" / "config.yaml").read_text())
-    for family in ("mavis", "mcitebench", "m2rag", "evaluate", "eval_mavis", "eval_m2rag", "citeeval", "retrieval", "images"):
+    config = demo_config()
+    for family in ("mavis", "mcitebench", "m2rag", "eval_mcitebench", "eval_mavis", "eval_m2rag", "citeeval", "retrieval", "images"):
         config[family]["enabled"] = False
     config["attribution"].update(items=None, cliconsummation=str(clicon), mimic_cxr=str(mimic),
                                  attribution_inputs={"cliconsummation_text_only": 1})

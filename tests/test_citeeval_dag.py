@@ -13,6 +13,7 @@ import duckdb
 import yaml
 
 from citeeval_judge import RuleJudge
+from conftest import demo_config
 from eval_fixtures import copy_repo_subset, make_release, reference_records, shrink
 from stages.core.citeeval import ACTIONS
 
@@ -97,8 +98,8 @@ def test_mavis_and_m2rag_evaluations_feed_citeeval(workflow_copy, tmp_path):
     mavis = workflow_copy / "mavis-release" / "v1"
     build_release(mavis)
     m2rag = make_m2rag_release(tmp_path / "m2rag-release", manifest=False)
-    config = yaml.safe_load((workflow_copy / "config" / "config.yaml").read_text())
-    for family in ("mavis", "mcitebench", "m2rag", "evaluate", "attribution", "retrieval", "images"):
+    config = demo_config()
+    for family in ("mavis", "mcitebench", "m2rag", "eval_mcitebench", "attribution", "retrieval", "images"):
         config[family]["enabled"] = False
     config["eval_mavis"]["release"] = str(mavis)
     config["eval_mavis"]["models"] = [{"name": "mv-a"}, {"name": "mv-b"}]

@@ -241,7 +241,7 @@ def test_cli_map_overlay_and_counts(tmp_path):
         "mavis": {"filter_visual_dependency": {"answerers": [{"name": "a", "llm": {}},
                                                              {"name": "b", "llm": {"model": "phi", "openai": {"base_url": "http://localhost:8003/v1",
                                                                                                               "api_key_env": None}}}]}},
-        "evaluate": {"models": [{"name": "v", "llm": {"backend": "vllm", "model": "Qwen/Qwen2.5-VL-7B-Instruct"}}]},
+        "eval_mcitebench": {"models": [{"name": "v", "llm": {"backend": "vllm", "model": "Qwen/Qwen2.5-VL-7B-Instruct"}}]},
     }))
     files = {name: tmp_path / f"{name}.out" for name in ("map", "overlay", "counts")}
     configs = [CONFIGS[0], str(overlay_recipe)]
