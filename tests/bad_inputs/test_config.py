@@ -8,10 +8,10 @@ import copy
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, demo_config
 from stages.core.config import ConfigError, validate_config
 
-DEMO = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+DEMO = demo_config()
 # the top-level keys the schema allows, listed in the message (a new section changes them)
 TOP_LEVEL = ", ".join(sorted(yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())["properties"]))
 
@@ -48,7 +48,7 @@ CONFIG_CASES = [
     ("old section name", "mavis.filter", {"min_answer_chars": 400}, "config key 'mavis.filter' was renamed to 'mavis.filter_questions'"),
     ("old section name", "mcitebench.explanation_qa", {}, "config key 'mcitebench.explanation_qa' was renamed to 'mcitebench.extract_explanation_qa'"),
     ("old section name", "images.dedup", {"radius": 4}, "config key 'images.dedup' was renamed to 'images.phash_dedup'"),
-    ("old flat key", "evaluate.limit", 2, "config key 'evaluate.limit' was renamed to 'evaluate.generate_answers.limit'"),
+    ("old section name", "evaluate.generate_answers.limit", 2, "config key 'evaluate' was renamed to 'eval_mcitebench'"),
     ("old flat key", "citeeval.limit", 2, "config key 'citeeval.limit' was renamed to 'citeeval.citeeval_prepare.limit'"),
     ("old subsection name", "citeeval.fit", {"rating_scale": "unit"}, "config key 'citeeval.fit' was renamed to 'citeeval.citeeval_fit'"),
     ("old key now in two stages' sections", "citeeval.max_tokens", 300,
