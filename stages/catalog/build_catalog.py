@@ -2,9 +2,11 @@
 
 `data/runs/<run>/catalog.duckdb` gets one schema per benchmark family and one view per stage
 output table (shards unioned), one `<stage>_rejects` view per stage over its rejects sidecars, and
-a `stage_reports` table per family from the report sidecars. Views use absolute paths, so the
-catalog answers from any working directory. Stages never open a shared DuckDB file while others
-run; this stage runs after them.
+a `stage_reports` table per family from the report sidecars, one row per report naming the stage,
+the rule that ran it (its output folder: MAVIS runs cache_images for the question images as
+`cache_images` and for the fact images as `fact_cache_images`) and the output file the report
+sits beside. Views use absolute paths, so the catalog answers from any working directory. Stages
+never open a shared DuckDB file while others run; this stage runs after them.
 
 Inputs follow the run layout `data/runs/<run>/<family>/<stage>/<table>[.<shard>].parquet`; a
 file that does not is a reject (`not_in_run_layout`). Evaluation outputs (eval_mcitebench,
@@ -23,7 +25,7 @@ from pathlib import Path
 from stages.core.release import portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
-VERSION = "2"  # 2: evaluation tables
+VERSION = "3"  # 2: evaluation tables; 3: stage_reports name the rule and output path
 _SHARD = re.compile(r"^(?P<table>.+?)(?:\.(?P<shard>\d{5}))?\.parquet$")
 
 
@@ -64,17 +66,18 @@ def run(ctx):
                 ctx.stats["reject_views"] += 1
             for report_file in sorted(folder.glob("*.report.json")):
                 report = json.loads(report_file.read_text())
+                first_output = report_file.with_name(report_file.name.removesuffix(".report.json"))
                 reports[family].append(
-                    (report["stage"], report_file.name.removesuffix(".report.json"), report["rows_in"],
+                    (report["stage"], folder.name, str(first_output), first_output.name, report["rows_in"],
                      json.dumps(report["rows_out"]), report["rejected"], json.dumps(report["rejected_by_reason"]),
                      json.dumps(report.get("stats", {})), report["seconds"])
                 )
         for family, rows in reports.items():
             con.execute(
-                f'create table "{family}".stage_reports (stage varchar, output varchar, rows_in bigint, rows_out json, '
-                "rejected bigint, rejected_by_reason json, stats json, seconds double)"
+                f'create table "{family}".stage_reports (stage varchar, rule varchar, path varchar, output varchar, rows_in bigint, '
+                "rows_out json, rejected bigint, rejected_by_reason json, stats json, seconds double)"
             )
-            con.executemany(f'insert into "{family}".stage_reports values (?, ?, ?, ?, ?, ?, ?, ?)', rows)
+            con.executemany(f'insert into "{family}".stage_reports values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)', rows)
 
 
 STAGE = Stage(
