@@ -26,4 +26,11 @@ def test_report_numbers_by_hand(tmp_path, m2rag_responses, m2rag_judgements):
     ref = dict(con.execute("select metric, value from summary where scoring = 'reference'").fetchall())
     assert ref["relevance"] == pytest.approx(1.1)  # the public parser: last integer of the raw text, 11
     text = report.read_text()
-    assert "strict scoring" in text and "reference scoring" in text and "(1 missing)" in text
+    assert "strict scoring" in text and "reference scoring" in text
+    # coverage beside each number, judged / total: the query (text metrics) or its output images (image metrics)
+    strict_row, reference_row = (next(line for line in text.split(f"(cf. Table 2), {mode} scoring")[1].splitlines() if line.startswith("| scripted"))
+                                 for mode in ("strict", "reference"))
+    out_images = sum(n for (n,) in con.execute("select output_images from scores").fetchall())
+    assert f"| 0.80 (1/1) | n/a (0/1) | 0.83 (1/1) | 0.50 (1/1) | 0.60 ({out_images}/{out_images}) |" in strict_row, strict_row
+    # the reference parser reads 11 out of the failed relevance answer (1.1): nothing was judged, so n/a, not 1.10
+    assert "| n/a (0/1) |" in reference_row and "1.10" not in reference_row, reference_row

@@ -1,6 +1,6 @@
 """report_mavis through its CLI (mavis.txt §5.3-5.6, Tables 4-5, Figure 4) on hand-written evaluation
 tables of two models (one file per model and table): the main table's numbers are the summary's on a
-0-100 scale with "(k missing)" and "n/a", strict scoring before reference, rows ordered by model,
+0-100 scale with their coverage "(k/n)" and "n/a" when nothing was judged, strict scoring before reference, rows ordered by model,
 setting and method; coverage comes from the tables and the responses' report sidecar; every input
 row is in the DuckDB file; the two Figure 4 plots are PNG files."""
 from __future__ import annotations
@@ -73,12 +73,17 @@ def test_report_tables_coverage_and_db(tmp_path):
               f"--output=utilisation_plot={out['utilisation.png']}", f"--output=db={out['evaluation.duckdb']}", "--params", '{"title": "T"}')
     text = out["report.md"].read_text()
     assert text.startswith("# T\n")
-    strict = "| alpha | + Text-RAG | Vanilla | 50.0 | 75.0 | 25.0 | n/a (1 missing) | 50.0 | 25.0 (1 missing) | 80.0 | 3.0 | 0.0 | 2.0 | 0.0 |"
-    reference = "| alpha | + Text-RAG | Vanilla | 50.0 | 75.0 | 25.0 | 40.0 | 50.0 | 12.5 | 80.0 | 3.0 | 0.0 | 2.0 | 0.0 |"
-    beta = "| beta | + Multi-RAG | CoT | 10.0 | 20.0 | 30.0 | 40.0 | 50.0 | 60.0 | n/a | 2.0 | 1.0 | 1.0 | 0.0 |"
+    # beside each number its coverage, answers judged (strict) / answers; a mean over nothing judged is n/a in both modes
+    strict = ("| alpha | + Text-RAG | Vanilla | 50.0 (2/2) | 75.0 (2/2) | 25.0 (2/2) | n/a (0/1) | 50.0 (2/2) | 25.0 (2/3) | 80.0 (2/2) "
+              "| 3.0 (2/2) | 0.0 (2/2) | 2.0 (2/2) | 0.0 (2/2) |")
+    # the reference mode scores the failed judge call 0: its 40.0 groundedness F1 was judged on nothing, so n/a
+    reference = ("| alpha | + Text-RAG | Vanilla | 50.0 (2/2) | 75.0 (2/2) | 25.0 (2/2) | n/a (0/1) | 50.0 (2/2) | 12.5 (2/3) | 80.0 (2/2) "
+                 "| 3.0 (2/2) | 0.0 (2/2) | 2.0 (2/2) | 0.0 (2/2) |")
+    beta = ("| beta | + Multi-RAG | CoT | 10.0 (2/2) | 20.0 (2/2) | 30.0 (2/2) | 40.0 (2/2) | 50.0 (2/2) | 60.0 (2/2) | n/a (0/0) "
+            "| 2.0 (2/2) | 1.0 (2/2) | 1.0 (2/2) | 0.0 (2/2) |")
     strict_at, reference_at = text.index("strict scoring"), text.index("reference scoring")
     assert strict_at < text.index(strict) < text.index(beta) < reference_at < text.index(reference)
-    assert "| beta | + Multi-RAG | CoT | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |" in text  # no reference rows for beta
+    assert "| beta | + Multi-RAG | CoT | – | – | – | – | – | – | – | – | – | – | – |" in text  # no reference rows for beta
     assert "| beta | Multi-RAG | CoT | 40.0 | n/a | 50.0 | 0.0 |" in text  # by modality, strict
     assert "Fluency: MiniLM features" in text
     con = duckdb.connect(str(out["evaluation.duckdb"]), read_only=True)

@@ -32,4 +32,6 @@ def test_scores_and_report(tmp_path):
     score = pq.read_table(out["scores"]).to_pylist()[0]
     assert (score["text_f1"], score["text_em"], score["image_acc"], score["joint_em"]) == (100.0, 100.0, 100.0, 100.0)
     assert score["silver"] == 0 and 0 < score["rouge1"] < 1
-    assert "| m | img_raw | attention | 2 | 0 | 100.00 | 100.00 | 100.00 | 100.00 |" in (tmp_path / "report.md").read_text()
+    # beside each number its coverage: 2 of 2 sentences with a reference, ROUGE over the 1 generation with a reference summary
+    assert ("| m | img_raw | attention | 2 | 0 | 100.00 (2/2) | 100.00 (2/2) | 100.00 (2/2) | 100.00 (2/2) | "
+            f"{score['rouge1']:.2f} (1/1) |") in (tmp_path / "report.md").read_text()

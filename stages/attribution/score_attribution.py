@@ -23,10 +23,11 @@ from pathlib import Path
 from statistics import mean
 
 from stages.core.attribution import rouge, sentence_scores
+from stages.core.release import covered
 from stages.core.stage import Input, Output, Stage
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "1"
+VERSION = "2"  # 2: the report shows coverage (k/n) beside every number
 METRICS = ("text_f1", "text_em", "image_acc", "joint_em")
 
 
@@ -63,17 +64,25 @@ def summarise(groups: dict, rouge_rows: dict) -> list[dict]:
     return out
 
 
-def report(summary: list[dict], stats: collections.Counter) -> str:
+def report(summary: list[dict], stats: collections.Counter, generations: collections.Counter) -> str:
+    """Table 2/3 with each number's coverage beside it, "(k/n)": of a method's n summary sentences
+    with a reference the k it is a mean over (image metrics: sentences of generations with the
+    image), of a model and mode's n generations the k with a reference summary (ROUGE); "n/a" when k is 0."""
     cells = {(r["model"], r["mode"], r["method"], r["metric"]): r for r in summary}
     keys = sorted({(r["model"], r["mode"], r["method"]) for r in summary})
 
     def fmt(key, metric):
         r = cells.get((*key, metric))
-        return "-" if r is None or r["value"] is None else f"{r['value']:.2f}"
+        if r is None:
+            return "-"
+        total = generations[key[:2]] if metric in ("rouge1", "rougeL") else cells[(*key, "text_f1")]["n"]
+        return covered(None if r["value"] is None else f"{r['value']:.2f}", r["n"], total)
 
     lines = [
         "# Attribution while generating (cite-while-you-generate)", "",
-        "Table 2's metrics (percent, means over summary sentences with a reference) and Table 3's ROUGE (0-1).",
+        "Table 2's metrics (percent, means over summary sentences with a reference) and Table 3's ROUGE (0-1). Beside every "
+        "number its coverage, \"(k/n)\": the k sentences (ROUGE: generations with a reference summary) it is a mean over, "
+        "of n; \"n/a\" when k is 0.",
         f"References: {stats['references_file']} gold sentences from the items file, {stats['references_silver']} silver "
         "sentences from the judge (App. E prompt); `silver` counts them per row.", "",
         "| model | mode | method | sentences | silver | text F1 | text EM | image acc | joint EM | ROUGE-1 | ROUGE-L |",
@@ -111,7 +120,8 @@ def run(ctx):
                 ctx.write("scores", [{**row, **quality}])
     summary = summarise(groups, rouge_rows)
     ctx.write("summary", summary)
-    atomic_write_bytes(Path(ctx.output_path("report")), report(summary, ctx.stats).encode())
+    generations = collections.Counter((g["model"], g["mode"]) for g in gens)
+    atomic_write_bytes(Path(ctx.output_path("report")), report(summary, ctx.stats, generations).encode())
 
 
 STAGE = Stage(

@@ -8,7 +8,9 @@ own report.
 - Reference-compatible numbers beside the strict ones, labelled, with the list of differences.
 - Coverage: responses, statements, failed judge answers (context, ITERCOE; from the stages'
   report sidecars), responses by status (rated, not applicable, missing, uncited 0.0), so no mean
-  hides what it left out. "n/a" marks a mean over no response.
+  hides what it left out. Every score has its coverage beside it, "(k/n)": responses rated of
+  those with a statement to rate (strict statuses, in both modes); "n/a" when none was rated, so
+  the reference mode's 1.0 for failed judge answers never reads as a perfect score.
 - Meta-evaluation, when human ratings were given: Pearson / Spearman / Kendall per level.
 
 Inputs (one file per model each): responses (citeeval_response_scores), statements
@@ -24,11 +26,11 @@ import json
 from pathlib import Path
 
 
-from stages.core.release import check_row_counts, load_parquet, md_table, portable_duckdb_file
+from stages.core.release import check_row_counts, covered, load_parquet, md_table, portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "1"
+VERSION = "2"  # 2: coverage (k/n) beside every score, n/a when nothing was rated
 TABLES = ("responses", "statements", "summary", "meta")
 DETAIL = ("contexts", "ratings", "distances")
 DIFFERENCES = [
@@ -53,17 +55,30 @@ def _summary(con, model: str, scenario: str, mode: str, metric: str):
     return row[0] if row else None
 
 
+def _judged(con, model: str, scenario: str) -> tuple[int, int]:
+    """(responses the judge rated, responses with something to rate) of a model and scenario, from
+    the strict statuses: a failed judge answer makes a response missing there, while the reference
+    mode scores it (1.0 for a failed ITERCOE answer), so both modes show the strict coverage."""
+    return con.execute("select count(*) filter (where status = 'rated'), count(*) filter (where status <> 'not_applicable') "
+                       "from responses where model = ? and scenario = ? and mode = 'strict'", [model, scenario]).fetchone()
+
+
+def _covered(con, model: str, scenario: str, mode: str, metric: str) -> str:
+    value = _summary(con, model, scenario, mode, metric)
+    return covered(None if value is None else f"{value:.3f}", *_judged(con, model, scenario))
+
+
 def main_table(con, models: list[str], mode: str) -> str:
     rows = []
     for m in models:
-        cells = [m] + [_fmt(_summary(con, m, s, mode, "citeeval_auto")) for s in ("full", "cited")]
+        cells = [m] + [_covered(con, m, s, mode, "citeeval_auto") for s in ("full", "cited")]
         cells += [_fmt(_summary(con, m, "full", mode, "statements_per_response")), _fmt(_summary(con, m, "full", mode, "missing_citation_ratio"))]
         rows.append(cells)
     return md_table(["Model", "Full", "Cited", "\\|R\\|", "M"], rows)
 
 
 def components(con, models: list[str], mode: str) -> str:
-    rows = [[m, s] + [_fmt(_summary(con, m, s, mode, k)) for k in ("citeeval_auto", "itercoe", "editdist")] +
+    rows = [[m, s] + [_covered(con, m, s, mode, k) for k in ("citeeval_auto", "itercoe", "editdist")] +
             [int(_summary(con, m, s, mode, f"responses_{st}") or 0) for st in ("rated", "not_applicable", "missing", "uncited_zero")]
             for m in models for s in ("full", "cited")]
     return md_table(["Model", "Scenario", "CiteEval-Auto", "ITERCOE", "EDITDIST", "rated", "N/A", "missing", "uncited 0.0"], rows)
@@ -112,7 +127,8 @@ def run(ctx):
             "EDITDIST (Eq. 3 over the judge's edits); per response the mean over its rated statements. Full counts every "
             "statement attributed to the retrieval context, Cited only the cited ones (§2.4). |R| statements per response, "
             "M share of statements without citation. Means are over rated responses; failed judge answers make a response "
-            "missing, never 0.",
+            "missing, never 0. \"(k/n)\" beside every score: k responses the judge rated (strict statuses, in both modes) of "
+            "the n with a statement to rate; \"n/a\" when none was rated, never the reference mode's default 1.0.",
             "## Coverage", coverage(con, ctx),
             "## CiteEval-Auto, strict (cf. Table 4)", main_table(con, models, "strict"),
             "## Components and responses by status, strict", components(con, models, "strict"),

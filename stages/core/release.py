@@ -194,6 +194,14 @@ def publish_release(
     return folder
 
 
+def covered(formatted: str | None, judged: int | None, total: int | None) -> str:
+    """A headline number with its coverage beside it, "0.53 (12/14)": what the mean is over out of
+    everything it could have been over. Nothing judged prints "n/a (0/14)", never a score: a mean
+    over nothing (or a placeholder the scorer fills in) must not read as a result."""
+    judged, total = judged or 0, total or 0
+    return f"{formatted if judged and formatted is not None else 'n/a'} ({judged}/{total})"
+
+
 def md_table(headers: list[str], rows: list[list]) -> str:
     """A GitHub-flavoured markdown table."""
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
