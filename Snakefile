@@ -42,9 +42,10 @@ rule catalog:
         CATALOG_FILE,
 
 
-rule evaluate:
+rule evaluate:  # and the catalog over the evaluation tables it made (catalog_evaluations)
     input:
         lambda w: EVALUATIONS,
+        CATALOG_FILE,
 
 
 rule report:  # then `snakemake report --report report.html` (add `evaluate` to both for the evaluations)
@@ -58,5 +59,8 @@ onsuccess:
     for manifest in RELEASES:
         if Path(manifest).exists():
             print(f"release: {os.path.relpath(json.loads(Path(manifest).read_text())['path'])}")
+    for report in EVALUATIONS:
+        if Path(report).exists():
+            print(f"evaluation report: {report}")
     if Path(CATALOG_FILE).exists():
         print(f"catalog: {CATALOG_FILE}  (duckdb {CATALOG_FILE} \"show all tables\")")

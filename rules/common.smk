@@ -1,4 +1,5 @@
 # Helpers shared by the family rule files; no pipeline logic lives here.
+import hashlib
 import json
 import re
 import shlex
@@ -16,7 +17,7 @@ CATALOG_FILE = f"{RUNDIR}/catalog.duckdb"
 RELEASES = []  # release manifests, appended by each enabled family
 EVALUATIONS = []  # evaluation reports, appended by each family that can be evaluated
 CATALOG_TABLES = []  # stage outputs the catalog exposes, appended by each family
-EVAL_TABLES = []  # evaluation outputs the catalog exposes when they exist (it never runs an evaluation for them)
+EVAL_TABLES = []  # evaluation outputs the catalog exposes (catalog_evaluations: all of them under `evaluate`, else those that exist)
 
 
 def stage_code(name):
@@ -39,6 +40,33 @@ def stage_version(name):
 def settings(value):
     """Params for a stage as inline JSON (Snakemake reruns a rule when its params change)."""
     return json.dumps(value, sort_keys=True)
+
+
+def release_version(given):
+    """What an evaluation reads, as a rule param: a release folder or file named in the config, by
+    its path and a hash of its content (the folder's parquet/ tables and JSONL records; its images
+    are named by their hash), so pointing an evaluation at another release, or a release whose
+    content changed under old file times, reruns it. This run's own release (given None) is a
+    manifest input its release rule rewrites: nothing to add."""
+    if not given:
+        return ""
+    path = Path(given)
+    folder = path.parent if path.suffix == ".duckdb" else path  # a MAVIS folder may be named by its benchmark.duckdb
+    files = sorted(folder.glob("parquet/*.parquet")) + sorted(folder.glob("*.jsonl")) if folder.is_dir() else [path]
+    digest = hashlib.sha256()
+    for file in files:
+        if file.is_file():
+            digest.update(file.name.encode() + b"\0" + hashlib.sha256(file.read_bytes()).digest())
+    return f"{path.resolve()}:{digest.hexdigest()[:16]}"
+
+
+def catalog_evaluations(wildcards=None):
+    """The evaluation outputs the catalog exposes: every one when `evaluate` is a target (they are
+    built first, so `evaluate` leaves the catalog current), else those that exist (the `release`
+    target never runs an evaluation for its catalog, and after `evaluate` it sees the same inputs,
+    so `snakemake -n release` stays a no-op)."""
+    targets = workflow.dag_settings.targets if workflow.dag_settings else set()
+    return list(EVAL_TABLES) if "evaluate" in targets else [p for p in EVAL_TABLES if Path(p).exists()]
 
 
 def stage_io(wildcards, input, output):
@@ -78,14 +106,13 @@ def bench_path(family, stage, shard=None):
 rule build_catalog:
     input:
         stage=stage_code("build_catalog"),
-        tables=lambda w: CATALOG_TABLES,
+        tables=lambda w: CATALOG_TABLES + catalog_evaluations(),
     output:
         catalog=CATALOG_FILE,
     params:
         io=stage_io,
         version=stage_version("build_catalog"),
-        # the evaluation outputs that exist now: one appearing (after `evaluate`) rebuilds the catalog
-        settings=lambda w: settings({"evaluation_tables": [p for p in EVAL_TABLES if Path(p).exists()]}),
+        settings=settings({}),
     log:
         f"{RUNDIR}/logs/build_catalog.log",
     benchmark:

@@ -7,7 +7,8 @@ EM = config.get("eval_m2rag", {})
 
 
 def _m2rag_release():
-    """eval_m2rag.release: null = this run's M2RAG release manifest; else a released folder."""
+    """eval_m2rag.release: null = this run's M2RAG release manifest; else a released folder, or M2RAG's
+    published dev_set.jsonl (stages.core.m2rag_eval.read_dev_set)."""
     return EM.get("release") or f"{RUNDIR}/m2rag/release_m2rag/release.json"
 
 
@@ -43,6 +44,7 @@ if EM.get("enabled", False) and (EM.get("release") or config.get("m2rag", {}).ge
             responses=_em("m2rag_generate", "responses"),
         params:
             io=stage_io,
+            release=release_version(EM.get("release")),
             version=stage_version("m2rag_generate"),
             settings=lambda w: settings({**_em_candidate(w), **EM.get("m2rag_generate", {})}),
         resources:

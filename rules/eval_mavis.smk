@@ -22,6 +22,7 @@ def _mavis_release():
 if MV.get("enabled", False) and (MV.get("release") or config.get("mavis", {}).get("enabled", False)):
     _MV_MODELS = MV["models"]
     _MV_M = [f"{i:05d}" for i in range(len(_MV_MODELS))]
+    _MV_RELEASE = release_version(MV.get("release"))  # the evaluated release's content: a new one reruns the evaluation
     _MV_JUDGE = {"judge": MV["judge"]["name"], "llm": llm_settings(config.get("llm"), MV["judge"].get("llm")),
                  "vision": MV["judge"].get("vision")}
 
@@ -44,6 +45,7 @@ if MV.get("enabled", False) and (MV.get("release") or config.get("mavis", {}).ge
             queries=_mv("mavis_generate_queries", "queries"),
         params:
             io=stage_io,
+            release=_MV_RELEASE,
             version=stage_version("mavis_generate_queries"),
             settings=lambda w: settings({**_mv_candidate(w), **MV.get("mavis_generate_queries", {})}),
         resources:
@@ -64,6 +66,7 @@ if MV.get("enabled", False) and (MV.get("release") or config.get("mavis", {}).ge
             retrieved=_mv("mavis_retrieve", "retrieved"),
         params:
             io=stage_io,
+            release=_MV_RELEASE,
             version=stage_version("mavis_retrieve"),
             settings=settings(MV.get("mavis_retrieve", {})),
         log:
@@ -83,6 +86,7 @@ if MV.get("enabled", False) and (MV.get("release") or config.get("mavis", {}).ge
             responses=_mv("mavis_generate_answers", "responses"),
         params:
             io=stage_io,
+            release=_MV_RELEASE,
             version=stage_version("mavis_generate_answers"),
             settings=lambda w: settings({**_mv_candidate(w), **MV.get("mavis_generate_answers", {})}),
         resources:
@@ -105,6 +109,7 @@ if MV.get("enabled", False) and (MV.get("release") or config.get("mavis", {}).ge
             sentences=_mv("mavis_judge", "sentences"),
         params:
             io=stage_io,
+            release=_MV_RELEASE,
             version=stage_version("mavis_judge"),
             settings=settings({**_MV_JUDGE, **MV.get("mavis_judge", {})}),
         resources:
@@ -151,9 +156,11 @@ if MV.get("enabled", False) and (MV.get("release") or config.get("mavis", {}).ge
             stage=stage_code("report_mavis"),
             **{name: expand(path, m=_MV_M) for name, path in _MV_PER_MODEL.items()},
         output:
-            report=f"{RUNDIR}/eval_mavis/report_mavis/report.md",
-            groundedness_plot=f"{RUNDIR}/eval_mavis/report_mavis/groundedness_by_modality.png",
-            utilisation_plot=f"{RUNDIR}/eval_mavis/report_mavis/utilisation_by_modality.png",
+            report=report(f"{RUNDIR}/eval_mavis/report_mavis/report.md", category="mavis", subcategory="evaluation"),
+            groundedness_plot=report(f"{RUNDIR}/eval_mavis/report_mavis/groundedness_by_modality.png", category="mavis",
+                                     subcategory="evaluation"),
+            utilisation_plot=report(f"{RUNDIR}/eval_mavis/report_mavis/utilisation_by_modality.png", category="mavis",
+                                    subcategory="evaluation"),
             db=f"{RUNDIR}/eval_mavis/report_mavis/evaluation.duckdb",
         params:
             io=stage_io,

@@ -44,6 +44,7 @@ if EV.get("enabled", False):
             responses=_ev("generate_answers", "responses"),
         params:
             io=stage_io,
+            release=release_version(EV.get("release")),
             version=stage_version("generate_answers"),
             # keys left out of the config take the stage's defaults; a model's own with_captions wins
             settings=lambda w: settings({

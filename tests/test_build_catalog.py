@@ -40,9 +40,10 @@ def test_catalog_views_answer_from_another_folder(tmp_path):
     assert report["stats"]["views"] == 1
 
 
-def test_evaluation_tables_get_views_when_they_exist(tmp_path):
-    """Evaluation outputs come as a param: those present get views, a missing one is skipped (the
-    release target never runs an evaluation for its catalog)."""
+def test_evaluation_tables_are_inputs_like_stage_outputs(tmp_path):
+    """An evaluation output in the run layout gets its view under its own schema (eval_mavis); which
+    ones the catalog reads is the rule's choice (rules/common.smk catalog_evaluations: all of them
+    under `evaluate`, the existing ones otherwise; tests/test_evaluate_reruns.py)."""
     import duckdb
 
     run = tmp_path / "runs" / "demo"
@@ -51,15 +52,13 @@ def test_evaluation_tables_get_views_when_they_exist(tmp_path):
     summary = run / "eval_mavis" / "mavis_score" / "summary.00000.parquet"
     write_table(summary, [{"model": "m", "setting": "multi", "method": "vanilla", "scoring": "strict", "metric": "recall",
                            "value": 0.5, "n": 2, "missing": 0, "note": None}], "mavis_eval_summary")
-    not_yet = run / "eval_mavis" / "mavis_score" / "summary.00001.parquet"
     catalog = run / "catalog.duckdb"
-    run_stage("build_catalog", f"--input=tables={comments}", f"--output=catalog={catalog}",
-              "--params", json.dumps({"evaluation_tables": [str(summary), str(not_yet)]}))
+    run_stage("build_catalog", f"--input=tables={comments}", f"--input=tables={summary}", f"--output=catalog={catalog}")
     con = duckdb.connect(str(catalog), read_only=True)
     assert con.execute("select model, metric, value from eval_mavis.summary").fetchall() == [("m", "recall", 0.5)]
     assert con.execute("select count(*) from mavis.comments").fetchone()[0] == 1
     report = json.loads((run / "catalog.duckdb.report.json").read_text())
-    assert report["rows_in"] == 2 and report["stats"]["evaluation_tables"] == 1
+    assert report["rows_in"] == 2 and report["rows_out"] == {"catalog": 2}
 
 
 def test_stage_reports_tell_two_runs_of_one_stage_apart(tmp_path):
