@@ -380,6 +380,19 @@ def test_a_decision_needs_the_session_token_and_a_local_origin(qc):
     assert client.post("/item/1", data={"decision": "reject", "csrf": csrf}, headers={"Origin": "http://localhost:5000"}).status_code == 302
 
 
+def test_two_pages_open_at_once_keep_their_sessions(qc, fresh):
+    """Cookies ignore ports: a second review page open in the same browser (another sheet on another
+    port) must not end the first one's session."""
+    pairing = Review(fresh / "data/runs/demo/mcitebench/pair_evidence/pairing_sheet.csv", fresh / "review/pairing_sheet.csv", None,
+                     fresh / "data/cache/images")
+    first, csrf = _client(qc)
+    second = create_app(pairing).test_client()
+    second.get("/item/0")
+    name = second.application.config["SESSION_COOKIE_NAME"]
+    first.set_cookie(name, second.get_cookie(name).value)  # one cookie jar: the second page's cookie lands beside the first's
+    assert first.post("/item/0", data={"decision": "keep", "csrf": csrf}).status_code == 302
+
+
 def test_only_local_host_names_are_answered(qc):
     """DNS rebinding: a foreign name resolving to 127.0.0.1 gets no page; --allow-host adds one."""
     client = create_app(qc).test_client()

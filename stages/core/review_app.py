@@ -444,7 +444,9 @@ def _hostname(value: str) -> str | None:
 def create_app(review: Review, allowed_hosts: tuple[str, ...] = LOCAL_HOSTS) -> Flask:
     app = Flask(__name__)
     app.secret_key = secrets.token_bytes(32)  # a new session (and token) whenever the page is started
-    app.config.update(SESSION_COOKIE_SAMESITE="Strict", SESSION_COOKIE_HTTPONLY=True)
+    # a cookie name of its own: cookies ignore ports, so two review pages open at once (a sheet per
+    # port) would otherwise overwrite each other's session
+    app.config.update(SESSION_COOKIE_NAME=f"review-{secrets.token_hex(4)}", SESSION_COOKIE_SAMESITE="Strict", SESSION_COOKIE_HTTPONLY=True)
     allowed = {h.lower() for h in allowed_hosts}
 
     def problem(status: int, title: str, text: str, advice: str):
