@@ -23,7 +23,8 @@ except ConfigError as err:
     sys.exit(str(err))  # the message alone: one line per bad key, no traceback
 
 try:  # each rules/<family>.smk declares its family's steps (plain Python, read in a namespace of its own)
-    W = load_steps(config)
+    # the targets as a function: Snakemake sets them after reading this file (the catalog's inputs read them)
+    W = load_steps(config, targets=lambda: workflow.dag_settings.targets if workflow.dag_settings else ())
 except WiringError as err:
     sys.exit(f"wiring: {err}")  # a rule file and a stage declaration disagree: one line, naming the rule
 
@@ -48,9 +49,10 @@ rule catalog:
         W.catalog,
 
 
-rule evaluate:
+rule evaluate:  # and the catalog over the evaluation tables it made (rules/catalog.smk)
     input:
         W.evaluations,
+        W.catalog,
 
 
 rule report:  # then `snakemake report --report report.html` (add `evaluate` to both for the evaluations)

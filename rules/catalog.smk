@@ -1,9 +1,16 @@
 # The run's catalog over every stage output, and Snakemake's HTML report figures per family with a
 # release: the funnel, time and model calls per stage, the release card.
+def _catalog_tables(wildcards):
+    """Every build table, and the evaluation tables: all of them when `evaluate` is a target (built
+    first, so `evaluate` leaves the catalog current), else those that exist (the `release` target never
+    runs an evaluation for its catalog, and after `evaluate` sees the same inputs: `-n release` is a no-op).
+    Read when Snakemake builds the DAG: its targets are not known while the rule files are read."""
+    evaluations = W.catalog_tables("evaluation")
+    return W.catalog_tables("build") + (evaluations if "evaluate" in W.targets else [p for p in evaluations if Path(p).exists()])
+
+
 W.step("build_catalog", family="catalog", section=None, folder=W.rundir, files={"catalog": "catalog.duckdb"},
-       inputs={"tables": W.catalog_tables("build")},
-       # the evaluation outputs that exist now: one appearing (after `evaluate`) rebuilds the catalog
-       per_job=lambda wc: {"evaluation_tables": [p for p in W.catalog_tables("evaluation") if Path(p).exists()]})
+       inputs={"tables": _catalog_tables})
 W.report_families = {Path(m).parent.parent.name: m for m in W.releases}  # {RUNDIR}/<family>/<release stage>/release.json
 if W.report_families:
     _shown = {"category": "{family}", "subcategory": "funnel"}

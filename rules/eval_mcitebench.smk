@@ -16,7 +16,8 @@ if W.enabled(EV) and (W.get(f"{EV}.release") or W.enabled("mcitebench")):
     _answerer_llm = lambda wc: W.candidate(EV, wc["m"])[1]
     _per_model = {"slot": "{m}", "domain": _models, "constraints": {"m": r"\d{5}"}}
 
-    W.step("generate_answers", family=EV, inputs={"release": _release}, per_job=_answerer, models=_answerer_llm, **_per_model)
+    W.step("generate_answers", family=EV, inputs={"release": _release}, per_job=_answerer, models=_answerer_llm,
+           rerun_on={"release": release_version(_given)}, **_per_model)  # a given release's content: a new one reruns it
     W.step("split_citations", family=EV, inputs={"responses": W.out("generate_answers", "responses")}, **_per_model)
     _judged = {"responses": W.out("generate_answers", "responses")}
     for suffix, (judge, judge_llm) in {"": (_judge, _judge_llm), **({"_swap": W.judge(EV, name="swap_judge")} if _swap else {})}.items():

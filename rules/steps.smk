@@ -34,6 +34,7 @@ for _step in W.steps.values():
             module=stage_module(_step.stage),
             io=_io(_step),
             settings=_step.settings,
+            **_step.rerun_on,  # not passed to the stage: a change reruns the rule (a given release's content)
         wildcard_constraints:
             **_step.constraints,
         threads: _step.threads

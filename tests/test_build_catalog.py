@@ -29,19 +29,21 @@ def test_catalog_views_answer_from_another_folder(tmp_path):
     query = (
         "import duckdb, sys; c = duckdb.connect(sys.argv[1], read_only=True); "
         "print(c.execute('select count(*), sum(score) from mavis.comments').fetchone()); "
-        "print(c.execute('select stage, rows_in, rejected from mavis.stage_reports').fetchone())"
+        "print(c.execute('select stage, rule, path, output, rows_in, rejected from mavis.stage_reports').fetchone())"
     )
     out = subprocess.run([sys.executable, "-c", query, str(catalog)], cwd=elsewhere, capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": ""}).stdout.splitlines()
-    assert out == ["(5, 10)", "('harvest_pushshift', 9, 4)"]
+    first_output = run / "mavis" / "harvest_pushshift" / "comments.00000.parquet"
+    assert out == ["(5, 10)", f"('harvest_pushshift', 'harvest_pushshift', '{first_output.resolve()}', 'comments.00000.parquet', 9, 4)"]
     report = json.loads((run / "catalog.duckdb.report.json").read_text())
     assert report["rows_in"] == 3 and report["rows_out"] == {"catalog": 2} and report["rejected_by_reason"] == {"not_in_run_layout": 1}
     assert report["stats"]["views"] == 1
 
 
-def test_evaluation_tables_get_views_when_they_exist(tmp_path):
-    """Evaluation outputs come as a param: those present get views, a missing one is skipped (the
-    release target never runs an evaluation for its catalog)."""
+def test_evaluation_tables_are_inputs_like_stage_outputs(tmp_path):
+    """An evaluation output in the run layout gets its view under its own schema (eval_mavis); which
+    ones the catalog reads is the rule's choice (rules/catalog.smk _catalog_tables: all of them
+    under `evaluate`, the existing ones otherwise; tests/test_evaluate_reruns.py)."""
     import duckdb
 
     run = tmp_path / "runs" / "demo"
@@ -50,12 +52,30 @@ def test_evaluation_tables_get_views_when_they_exist(tmp_path):
     summary = run / "eval_mavis" / "mavis_score" / "summary.00000.parquet"
     write_table(summary, [{"model": "m", "split": "test", "setting": "multi", "method": "vanilla", "scoring": "strict", "metric": "recall",
                            "value": 0.5, "n": 2, "missing": 0, "note": None}], "mavis_eval_summary")
-    not_yet = run / "eval_mavis" / "mavis_score" / "summary.00001.parquet"
     catalog = run / "catalog.duckdb"
-    run_stage("build_catalog", f"--input=tables={comments}", f"--output=catalog={catalog}",
-              "--params", json.dumps({"evaluation_tables": [str(summary), str(not_yet)]}))
+    run_stage("build_catalog", f"--input=tables={comments}", f"--input=tables={summary}", f"--output=catalog={catalog}")
     con = duckdb.connect(str(catalog), read_only=True)
     assert con.execute("select model, metric, value from eval_mavis.summary").fetchall() == [("m", "recall", 0.5)]
     assert con.execute("select count(*) from mavis.comments").fetchone()[0] == 1
     report = json.loads((run / "catalog.duckdb.report.json").read_text())
-    assert report["rows_in"] == 2 and report["stats"]["evaluation_tables"] == 1
+    assert report["rows_in"] == 2 and report["rows_out"] == {"catalog": 2}
+
+
+def test_stage_reports_tell_two_runs_of_one_stage_apart(tmp_path):
+    """MAVIS runs cache_images twice (question images, fact images): each report row names its rule
+    and the output it sits beside (issue 33 item 8)."""
+    import duckdb
+
+    run = tmp_path / "runs" / "demo"
+    paths = []
+    for rule, n in (("cache_images", 3), ("fact_cache_images", 7)):
+        path = run / "mavis" / rule / "images_cached.00000.parquet"
+        write_table(path, [], "images_cached")
+        (path.parent / f"{path.name}.report.json").write_text(json.dumps(
+            {"stage": "cache_images", "rows_in": n, "rows_out": {"images": n}, "rejected": 0, "rejected_by_reason": {}, "seconds": 0.1}))
+        paths.append(path)
+    run_stage("build_catalog", *[f"--input=tables={p}" for p in paths], f"--output=catalog={run / 'catalog.duckdb'}")
+    with duckdb.connect(str(run / "catalog.duckdb"), read_only=True) as con:
+        rows = con.execute("select stage, rule, path, rows_in from mavis.stage_reports order by rule").fetchall()
+    assert rows == [("cache_images", "cache_images", str(paths[0].resolve()), 3),
+                    ("cache_images", "fact_cache_images", str(paths[1].resolve()), 7)]

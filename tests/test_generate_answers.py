@@ -87,6 +87,26 @@ def test_captions_stand_in_for_images_of_a_text_only_model(release, tmp_path):
     assert next(v for v in shown(items, vision=True, with_captions=True)[0] if v["label"] == "Figure 1")["caption"]
 
 
+def test_published_records_caption_their_evidence_from_meta_data(release):
+    """MCiteBench's released locating records carry the evidence image's caption in
+    meta_data.img_caption (itable_caption for a table): it is the caption shown (Table 14's setting),
+    with no release table of captions beside the JSONL."""
+    folder = release.parent / "v1"
+    locating = reference_records()[2]
+    assert locating["question_type"] == "locating" and locating["meta_data"]["img_caption"].startswith("Figure 1: Initialisation")
+    items = items_of(locating, folder)
+    figure = next(i for i in items if i["is_evidence"])
+    assert figure["label"] == "Figure 1" and figure["caption"] == locating["meta_data"]["img_caption"].strip()
+    assert all(i["caption"] is None for i in items if not i["is_evidence"])  # distractors have none published
+    text_only, _ = shown(items, vision=False, with_captions=True)
+    assert next(v for v in text_only if v["label"] == "Figure 1")["caption"] == figure["caption"]
+    as_table = copy.deepcopy(locating)  # a table's caption is itable_caption; a non-text caption is none
+    as_table["meta_data"] = {**as_table["meta_data"], "img_caption": 7}
+    assert next(i for i in items_of(as_table, folder) if i["is_evidence"])["caption"] is None
+    explanation = reference_records()[0]  # no meta_data captions: none invented
+    assert all(i["caption"] is None for i in items_of(explanation, folder) if i["modality"] != "text")
+
+
 def test_stage_cli_with_embedded_model(release, tmp_path):
     folder = release.parent / "v1"
     records = [shrink(r) for r in reference_records()]

@@ -45,8 +45,15 @@ def test_report_numbers_by_hand(tmp_path, m2rag_responses, m2rag_judgements):
     topics = con.execute("select topic, model, overall from topics where scoring = 'reference' order by model").fetchall()
     assert topics == [("Science & Mathematics", "average", pytest.approx(sum(eight) / 8)),
                       ("Science & Mathematics", "scripted", pytest.approx(sum(eight) / 8))]
-    assert "strict scoring" in text and "reference scoring" in text and "(1 missing)" in text
+    assert "strict scoring" in text and "reference scoring" in text
     assert "Overall score by topic (cf. Figure 3)" in text and "Img. P. avg." in text
+    # coverage beside each number, judged / total: the query (text metrics) or its output images (image metrics)
+    strict_row, reference_row = (next(line for line in text.split(f"(cf. Table 2), {mode} scoring")[1].splitlines() if line.startswith("| scripted"))
+                                 for mode in ("strict", "reference"))
+    out_images = sum(n for (n,) in con.execute("select output_images from scores").fetchall())
+    assert f"| 0.80 (1/1) | n/a (0/1) | 0.83 (1/1) | 0.50 (1/1) | 0.60 ({out_images}/{out_images}) |" in strict_row, strict_row
+    # the reference rule clamps the off-scale 11 to 1.0, which strict refused: nothing was judged, so n/a, not 1.00
+    assert "| scripted | single_stage | 0.80 (1/1) | n/a (0/1) |" in reference_row and "1.00" not in reference_row, reference_row
 
 
 def test_failed_call_never_scores_and_scores_are_clamped(tmp_path, m2rag_responses):

@@ -27,8 +27,8 @@ def _fact(instance_id, n):
             "relevance": "relevant", "verifiable": "verifiable", "mode": "title"}
 
 
-def _build(tmp_path, shards, rejects, facts=None):
-    args = []
+def _build(tmp_path, shards, rejects, facts=None, annotations=None):
+    args = [f"--input=annotations={annotations}"] if annotations else []
     for i, (questions, instances) in enumerate(shards):
         for table, rows in (("questions", questions), ("instances", instances)):
             path = tmp_path / f"{table}.{i:05d}.parquet"

@@ -31,6 +31,37 @@ def _mavis_slice(workdir: Path) -> Path:
     return path
 
 
+def expected_lines(family_dir: Path) -> dict[str, str]:
+    """Per step (rule folder), what its report sidecars say, shards summed, in the funnel's words:
+    rows read, rows written per output, rejects by reason, rows not carried on (sample_queries
+    counts its queries not drawn as not_sampled and others_only)."""
+    steps: dict[str, dict] = {}
+    for sidecar in sorted(family_dir.glob("*/*.report.json")):
+        report = json.loads(sidecar.read_text())
+        step = steps.setdefault(sidecar.parent.name, {"stage": report["stage"], "in": 0, "out": collections.Counter(), "rejected": 0,
+                                                      "reasons": collections.Counter(), "stats": collections.Counter()})
+        step["in"] += report["rows_in"]
+        step["out"].update(report["rows_out"])
+        step["rejected"] += report["rejected"]
+        step["reasons"].update(report["rejected_by_reason"])
+        step["stats"].update(report.get("stats", {}))
+    lines = {}
+    for name, step in steps.items():
+        line = f"{name}: read {step['in']}; wrote " + (", ".join(f"{k} {v}" for k, v in step["out"].items()) or "nothing")
+        line += f"; rejected {step['rejected']}"
+        if step["reasons"]:
+            line += " (" + ", ".join(f"{r} {n}" for r, n in sorted(step["reasons"].items(), key=lambda kv: (-kv[1], kv[0]))) + ")"
+        left = {k: step["stats"][k] for k in ("not_sampled", "others_only") if step["stage"] == "sample_queries" and step["stats"][k]}
+        if left:
+            line += f"; not carried on {sum(left.values())} (" + ", ".join(f"{k} {v}" for k, v in left.items()) + ")"
+        lines[name] = line
+    return lines
+
+
+def html_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _embedded(html: str, name: str) -> str:
     """The text of a file the report embeds as a base64 data URI (filename=<name>)."""
     found = re.findall(r"data:[^;]+;charset=[^;]+;filename=" + re.escape(name) + r";base64,([A-Za-z0-9+/=]+)", html)
@@ -44,18 +75,13 @@ def test_report_embeds_each_family_funnel_naming_every_stage(workflow_copy):
     run_snakemake(workflow_copy, "report", "--configfile", str(config), "--report", "report.html")
     html = (workflow_copy / "report.html").read_text()
 
-    # what the stages recorded: their report sidecars, shards summed
-    rows = collections.defaultdict(lambda: [0, 0])
-    for sidecar in (workflow_copy / "data/runs/demo/mavis").glob("*/*.report.json"):
-        report = json.loads(sidecar.read_text())
-        rows[sidecar.parent.name][0] += report["rows_in"]  # one bar per rule folder
-        rows[sidecar.parent.name][1] += report["rejected"]
-    assert {"harvest_pushshift", "filter_questions", "filter_visual_dependency", "extract_atomic_facts", "release_mavis"} <= set(rows)
+    assert {"harvest_pushshift", "filter_questions", "filter_visual_dependency", "extract_atomic_facts",
+            "release_mavis"} <= set(expected_lines(workflow_copy / "data/runs/demo/mavis"))
 
     funnel = _embedded(html, "funnel.svg")
     assert funnel.lstrip().startswith("<?xml") and "<svg" in funnel
-    for stage, (rows_in, rejected) in rows.items():
-        assert stage in funnel and f"{rows_in - rejected} of {rows_in}" in funnel, stage
+    for step, line in expected_lines(workflow_copy / "data/runs/demo/mavis").items():
+        assert html_escape(line) in funnel, (step, line)
     assert "filter_questions" in _embedded(html, "stages.svg")
     card = _embedded(html, "card.html")
     manifest = json.loads((workflow_copy / "data/runs/demo/mavis/release_mavis/release.json").read_text())
@@ -84,7 +110,41 @@ def test_a_stage_run_by_two_rules_is_two_steps(tmp_path):
               "--output", f"funnel={tmp_path / 'funnel.svg'}", "--output", f"stages={tmp_path / 'stages.svg'}",
               "--output", f"card={tmp_path / 'card.html'}", "--params", json.dumps({"family": "mavis"}))
     funnel = (tmp_path / "funnel.svg").read_text()
-    assert "13 of 16" in funnel and "1 of 4" in funnel  # cache_images's two shards summed; fact_cache_images apart
-    assert "fact_cache_images" in funnel and "not_an_image (fact_cache_images)" in funnel and "not_an_image (cache_images)" in funnel
+    # cache_images's two shards summed; fact_cache_images apart
+    assert "cache_images: read 16; wrote images 13; rejected 3 (not_an_image 2, too_large 1)" in funnel
+    assert "fact_cache_images: read 4; wrote images 1; rejected 3 (not_an_image 3)" in funnel
     report = json.loads((tmp_path / "funnel.svg.report.json").read_text())
     assert report["rows_in"] == 3 == report["rows_out"]["funnel"] and report["rejected"] == 0
+
+
+def test_funnel_draws_what_each_stage_reports(tmp_path):
+    """A stage that writes many rows per row read (extract_atomic_facts: answers in, facts out, facts
+    rejected), one that writes one file for many rows (build_text_index) and one that leaves rows
+    behind by design (sample_queries: 20 read, 9 written, 0 rejected, 11 not drawn) are drawn as
+    they report: nothing is subtracted, the rows not carried on are named (issue 33 item 3)."""
+    def sidecar(folder, name, stage, rows_in, rows_out, reasons, stats):
+        (tmp_path / folder).mkdir()
+        out = tmp_path / folder / name
+        out.write_bytes(b"")
+        (tmp_path / folder / f"{name}.report.json").write_text(json.dumps({
+            "stage": stage, "version": "1", "params": {}, "rows_in": rows_in, "rows_out": rows_out, "rejected": sum(reasons.values()),
+            "rejected_by_reason": reasons, "stats": stats, "seconds": 1.0}))
+        return out
+    outputs = [sidecar("extract_atomic_facts", "facts.00000.parquet", "extract_atomic_facts", 4, {"facts": 63},
+                       {"not_verifiable": 40, "irrelevant": 23}, {"facts_extracted": 126}),
+               sidecar("build_text_index", "text_index.00000.parquet", "build_text_index", 700, {"index": 1}, {}, {"documents_indexed": 700}),
+               sidecar("sample_queries", "sampled_queries.parquet", "sample_queries", 20, {"sampled_queries": 9}, {},
+                       {"sampled": 9, "not_sampled": 11, "others_only": 0})]
+    (tmp_path / "release").mkdir()
+    (tmp_path / "release" / "README.md").write_text("# card\n")
+    (tmp_path / "release.json").write_text(json.dumps({"name": "r", "version": "v-1", "path": str(tmp_path / "release")}))
+    run_stage("report_funnel", *[arg for o in outputs for arg in ("--input", f"outputs={o}")], "--input", f"release={tmp_path / 'release.json'}",
+              "--output", f"funnel={tmp_path / 'funnel.svg'}", "--output", f"stages={tmp_path / 'stages.svg'}",
+              "--output", f"card={tmp_path / 'card.html'}", "--params", json.dumps({"family": "demo"}))
+    funnel = (tmp_path / "funnel.svg").read_text()
+    lines = expected_lines(tmp_path)
+    assert lines["sample_queries"] == "sample_queries: read 20; wrote sampled_queries 9; rejected 0; not carried on 11 (not_sampled 11)"
+    assert lines["extract_atomic_facts"] == "extract_atomic_facts: read 4; wrote facts 63; rejected 63 (not_verifiable 40, irrelevant 23)"
+    for line in lines.values():
+        assert line in funnel, line
+    assert "of 4" not in funnel and "-59" not in funnel and "20 of 20" not in funnel  # nothing derived by subtraction

@@ -1,7 +1,7 @@
 """report_mavis through its CLI (mavis.txt §5.3-5.6, Tables 4-5, Figure 4) on hand-written evaluation
 tables of two models (one file per model and table): the main table's numbers are the summary's on a
-0-100 scale with "(k missing)" and "n/a", strict scoring before reference, rows ordered by model,
-setting and method, the test split (human-annotated) before and apart from the train split; coverage
+0-100 scale with their coverage "(k/n)" and "n/a" when nothing was judged, strict scoring before reference, rows
+ordered by model, setting and method, the test split (human-annotated) before and apart from the train split; coverage
 comes from the tables (failed generations are responses with an error) and the responses' report
 sidecar (rejected answers); every input row is in the DuckDB file; the two Figure 4 plots are PNG files."""
 from __future__ import annotations
@@ -84,10 +84,15 @@ def test_report_tables_coverage_and_db(tmp_path):
               f"--output=utilisation_plot={out['utilisation.png']}", f"--output=db={out['evaluation.duckdb']}", "--params", '{"title": "T"}')
     text = out["report.md"].read_text()
     assert text.startswith("# T\n")
-    strict = "| alpha | + Text-RAG | Vanilla | 50.0 | 75.0 | 25.0 | n/a (1 missing) | 50.0 | 25.0 (1 missing) | 80.0 | 3.0 | 0.0 | 2.0 | 0.0 |"
-    reference = "| alpha | + Text-RAG | Vanilla | 50.0 | 75.0 | 25.0 | 40.0 | 50.0 | 12.5 | 80.0 | 3.0 | 0.0 | 2.0 | 0.0 |"
-    beta = "| beta | + Multi-RAG | CoT | 10.0 | 20.0 | 30.0 | 40.0 | 50.0 | 60.0 | n/a | 2.0 | 1.0 | 1.0 | 0.0 |"
-    beta_reference = "| beta | + Multi-RAG | CoT | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |"  # no reference rows
+    # beside each number its coverage, answers judged (strict) / answers; a mean over nothing judged is n/a in both modes
+    strict = ("| alpha | + Text-RAG | Vanilla | 50.0 (2/2) | 75.0 (2/2) | 25.0 (2/2) | n/a (0/1) | 50.0 (2/2) | 25.0 (2/3) | 80.0 (2/2) "
+              "| 3.0 (2/2) | 0.0 (2/2) | 2.0 (2/2) | 0.0 (2/2) |")
+    # the reference mode scores the failed judge call 0: its 40.0 groundedness F1 was judged on nothing, so n/a
+    reference = ("| alpha | + Text-RAG | Vanilla | 50.0 (2/2) | 75.0 (2/2) | 25.0 (2/2) | n/a (0/1) | 50.0 (2/2) | 12.5 (2/3) | 80.0 (2/2) "
+                 "| 3.0 (2/2) | 0.0 (2/2) | 2.0 (2/2) | 0.0 (2/2) |")
+    beta = ("| beta | + Multi-RAG | CoT | 10.0 (2/2) | 20.0 (2/2) | 30.0 (2/2) | 40.0 (2/2) | 50.0 (2/2) | 60.0 (2/2) | n/a (0/0) "
+            "| 2.0 (2/2) | 1.0 (2/2) | 1.0 (2/2) | 0.0 (2/2) |")
+    beta_reference = "| beta | + Multi-RAG | CoT | – | – | – | – | – | – | – | – | – | – | – |"  # no reference rows for beta
     test_at, train_at = text.index("## Main results (cf. Tables 4-5), test split"), text.index("## Main results (cf. Tables 4-5), train split")
     assert test_at < text.index(strict) < text.index("reference scoring") < text.index(reference) < train_at
     assert train_at < text.index(beta) < text.index(beta_reference) and text.count(beta) == 1 and text.count(strict) == 1

@@ -71,12 +71,13 @@ def test_report_tables_plot_and_db(tmp_path, inputs):
     assert "| Truncated |" in text.replace("Failed generations | Truncated |", "| Truncated |")
     # Table 2 cells equal a query over the scores; a missing C-F1 is excluded and counted
     f1 = con.execute("select avg(citation_f1) from scores where model = 'small'").fetchone()[0]
-    assert f1 == 60.0 and "| small | No Cap., text-only | 50.00 | 50.00 | 60.00 (1 missing) |" in text.split("## All metrics, overall")[1]
+    # beside each number its coverage, responses scored / responses: one C-F1 judge call failed
+    assert f1 == 60.0 and "| small | No Cap., text-only | 50.00 (3/3) | 50.00 (3/3) | 60.00 (2/3) |" in text.split("## All metrics, overall")[1]
     table2 = text.split("## Main results (cf. Table 2)")[1].split("##")[0]
     assert "Explanation Single C-F1" in table2 and "Locating Single Acc" in table2 and "Locating Multi" not in table2
-    assert "| small | No Cap., text-only | 40.00 | 50.00 | 100.00 | 50.00 | n/a |" in table2
+    assert "| small | No Cap., text-only | 40.00 (1/1) | 50.00 (1/1) | 100.00 (1/1) | 50.00 (1/1) | n/a (0/1) |" in table2
     table4 = text.split("(cf. Table 4)")[1].split("##")[0]
-    assert "| large | No Cap., text-only | 90.00 | – | – | – |" in table4
+    assert "| large | No Cap., text-only | 90.00 (1/1) | – | – | – |" in table4
     table3 = text.split("(cf. Table 3)")[1].split("##")[0]
     assert "| small | 0.50 (n=2) | 1.00 (n=1) | – | 0.00 (n=1) |" in table3
     assert "![S-EM by modality](sem.png)" in text
@@ -115,9 +116,11 @@ def test_report_prints_both_scoring_modes_labelled(tmp_path, inputs):
         assert first < second
         assert "left out of the citation and source means" in text and "a failed judge call is missing" in text
         reference_table = text.split("reference scoring")[1].split("##")[0]
-        assert "| small | No Cap., text-only | 10.00 |" in reference_table and "| large | No Cap., text-only | 10.00 |" in reference_table
+        assert "| large | No Cap., text-only | 10.00 (1/1) |" in reference_table
+        # the reference mode has a number (10.00) where the only judge call failed: nothing judged prints n/a, not the score
+        assert "| small | No Cap., text-only | 10.00 (1/1) | 50.00 (1/1) | 100.00 (1/1) | 50.00 (1/1) | n/a (0/1) |" in reference_table
         overall = text.split(f"## All metrics, overall ({headline} scoring)")[1].split("##")[0]
-        assert ("| small | No Cap., text-only | 50.00 | 50.00 | 10.00 |" in overall) == (headline == "reference")
+        assert ("| small | No Cap., text-only | 50.00 (3/3) | 50.00 (3/3) | 10.00 (2/3) |" in overall) == (headline == "reference")
         rules = text.split("## Which rule each scoring mode follows")[1].split("##")[0]
         assert "| C-P | per cited sentence the mean relevance over its distinct items" in rules and "repeats kept" in rules
 

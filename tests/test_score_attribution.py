@@ -41,9 +41,11 @@ def test_scores_and_report(tmp_path):
     _, score, report = _score(tmp_path)
     assert (score["text_f1"], score["text_em"], score["image_acc"], score["joint_em"]) == (100.0, 100.0, 100.0, 100.0)
     assert score["silver"] == 0 and 0 < score["rouge1"] < 1
-    assert "| m | img_raw | attention | 2 | 0 | 100.00 | 100.00 | 100.00 | 100.00 |" in report
-    # BERTScore off by default: n/a, with the reason
-    assert score["bertscore_f1"] is None and report.rstrip().endswith("| n/a |")
+    # beside each number its coverage: 2 of 2 sentences with a reference, ROUGE over the 1 generation with a reference summary
+    assert ("| m | img_raw | attention | 2 | 0 | 100.00 (2/2) | 100.00 (2/2) | 100.00 (2/2) | 100.00 (2/2) | "
+            f"{score['rouge1']:.3f} (1/1) |") in report
+    # BERTScore off by default: n/a over none of the 1 generation, with the reason
+    assert score["bertscore_f1"] is None and report.rstrip().endswith("| n/a (0/1) |")
     assert "BERTScore: n/a: no local model folder given (score_attribution.bertscore_model)." in report
 
 
@@ -89,7 +91,7 @@ def test_bertscore_with_a_local_model_folder(tmp_path):
     recall = sim[:, 1:-1].max(dim=0).values.mean().item()
     f1 = 2 * precision * recall / (precision + recall)
     assert score["bertscore_f1"] == pytest.approx(f1, abs=1e-5)
-    assert f"| {f1:.3f} |" in report and "BERTScore: bert-score with bert, layer 2." in report
+    assert f"| {f1:.3f} (1/1) |" in report and "BERTScore: bert-score with bert, layer 2." in report
 
 
 def test_bertscore_folder_must_exist(tmp_path):

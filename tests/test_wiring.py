@@ -157,3 +157,30 @@ def test_old_section_names_are_refused_with_the_new_name():
     with pytest.raises(Exception) as err:
         validate_config(config)
     assert "config key 'evaluate' was renamed to 'eval_mcitebench'" in str(err.value)
+
+
+def test_a_given_release_is_a_rerun_param_and_evaluate_feeds_the_catalog(tmp_path):
+    """rerun_on: the steps reading a release named in the config carry its path and content hash as
+    a rule param (not a stage param), which changes with the records; the catalog reads every
+    evaluation table when `evaluate` is a target, else only those that exist (none here)."""
+    import hashlib
+
+    from stages.core.wiring import release_version
+
+    folder = tmp_path / "published"
+    folder.mkdir()
+    (folder / "mcitebench.jsonl").write_text('{"id": 1}\n')
+    config = demo_config()
+    config["eval_mcitebench"]["release"] = str(folder)
+    wiring = load_steps(config, targets=["evaluate"])
+    digest = hashlib.sha256(b"mcitebench.jsonl\0" + hashlib.sha256(b'{"id": 1}\n').digest()).hexdigest()[:16]
+    step = wiring.steps["generate_answers"]
+    assert step.rerun_on == {"release": f"{folder.resolve()}:{digest}"} == {"release": release_version(str(folder))}
+    assert "release" not in step.params({"m": "00000"})[0]  # the stage never sees it
+    assert wiring.steps["mavis_judge"].rerun_on == {"release": ""}  # this run's own release: its manifest is an input
+    (folder / "mcitebench.jsonl").write_text('{"id": 2}\n')
+    assert release_version(str(folder)) != step.rerun_on["release"]
+
+    tables = wiring.steps["build_catalog"].inputs({})["tables"]
+    assert set(wiring.catalog_tables("evaluation")) <= set(tables) and set(wiring.catalog_tables("build")) <= set(tables)
+    assert not set(load_steps(config).steps["build_catalog"].inputs({})["tables"]) & set(wiring.catalog_tables("evaluation"))

@@ -31,10 +31,11 @@ from pathlib import Path
 from statistics import mean
 
 from stages.core.attribution import bertscore_f1, rouge, sentence_scores
+from stages.core.release import covered
 from stages.core.stage import Input, Output, Param, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "2"
+VERSION = "3"  # 2: BERTScore-F1; 3: the report shows coverage (k/n) beside every number
 METRICS = ("text_f1", "text_em", "image_acc", "joint_em")
 QUALITY = ("rouge1", "rougeL", "bertscore_f1")
 BERTSCORE_OFF = "n/a: no local model folder given (score_attribution.bertscore_model)"
@@ -73,21 +74,29 @@ def summarise(groups: dict, rouge_rows: dict) -> list[dict]:
     return out
 
 
-def report(summary: list[dict], stats: collections.Counter, bertscore: str) -> str:
+def report(summary: list[dict], stats: collections.Counter, bertscore: str, generations: collections.Counter) -> str:
+    """Table 2/3 with each number's coverage beside it, "(k/n)": of a method's n summary sentences
+    with a reference the k it is a mean over (image metrics: sentences of generations with the
+    image), of a model and mode's n generations the k with a reference summary (ROUGE, BERTScore);
+    "n/a" when k is 0 (BERTScore turned off included)."""
     cells = {(r["model"], r["mode"], r["method"], r["metric"]): r for r in summary}
     keys = sorted({(r["model"], r["mode"], r["method"]) for r in summary})
 
     def fmt(key, metric):
         r = cells.get((*key, metric))
-        if r is None or r["value"] is None:
-            return "n/a" if metric == "bertscore_f1" else "-"
-        return f"{r['value']:.3f}" if metric in QUALITY else f"{r['value']:.2f}"
+        if r is None:
+            return "-"
+        total = generations[key[:2]] if metric in QUALITY else cells[(*key, "text_f1")]["n"]
+        value = None if r["value"] is None else f"{r['value']:.3f}" if metric in QUALITY else f"{r['value']:.2f}"
+        return covered(value, r["n"], total)
 
     lines = [
         "# Attribution while generating (cite-while-you-generate)", "",
         "Table 2's metrics (percent, means over summary sentences with a reference) and Table 3's summary quality "
         "(ROUGE-1, ROUGE-L, BERTScore-F1; 0-1). Methods: attention = majority voting (Algorithm 1), attention_max = the "
         "\"max\" ablation of Table 4 (each token to the sentence of its single most attended token), embedding, self.",
+        "Beside every number its coverage, \"(k/n)\": the k sentences (ROUGE, BERTScore: generations with a reference "
+        "summary) it is a mean over, of n; \"n/a\" when k is 0.",
         f"BERTScore: {bertscore}.",
         f"References: {stats['references_file']} gold sentences from the items file, {stats['references_silver']} silver "
         "sentences from the judge (App. E prompt); `silver` counts them per row.", "",
@@ -130,7 +139,8 @@ def run(ctx):
     ctx.write("summary", summary)
     model = ctx.params["bertscore_model"]
     said = f"bert-score with {Path(model).name}, layer {ctx.params['bertscore_layers']}" if model else BERTSCORE_OFF
-    atomic_write_bytes(Path(ctx.output_path("report")), report(summary, ctx.stats, said).encode())
+    generations = collections.Counter((g["model"], g["mode"]) for g in gens)
+    atomic_write_bytes(Path(ctx.output_path("report")), report(summary, ctx.stats, said, generations).encode())
 
 
 def bertscores(ctx, gens: list[dict], ref_summaries: dict[str, str]) -> dict[str, float]:

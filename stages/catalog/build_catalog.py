@@ -2,16 +2,18 @@
 
 `data/runs/<run>/catalog.duckdb` gets one schema per benchmark family and one view per stage
 output table (shards unioned), one `<stage>_rejects` view per stage over its rejects sidecars, and
-a `stage_reports` table per family from the report sidecars. Views use absolute paths, so the
-catalog answers from any working directory. Stages never open a shared DuckDB file while others
-run; this stage runs after them.
+a `stage_reports` table per family from the report sidecars, one row per report naming the stage,
+the rule that ran it (its output folder: MAVIS runs cache_images for the question images as
+`cache_images` and for the fact images as `fact_cache_images`) and the output file the report
+sits beside. Views use absolute paths, so the catalog answers from any working directory. Stages
+never open a shared DuckDB file while others run; this stage runs after them.
 
 Inputs follow the run layout `data/runs/<run>/<family>/<stage>/<table>[.<shard>].parquet`; a
 file that does not is a reject (`not_in_run_layout`). Evaluation outputs (eval_mcitebench,
-eval_mavis, ...) come as the param `evaluation_tables`, not as inputs: those that exist when the
-catalog is built get views like any stage output, so the default `release` target never runs an
-evaluation to build its catalog (after `snakemake evaluate`, `snakemake catalog` adds them).
-Invariant: input files and existing evaluation files = files exposed by a view + rejected files.
+eval_mavis, ...) are inputs like any stage output: the rule (rules/catalog.smk,
+`_catalog_tables`) names all of them under `snakemake evaluate`, which so leaves the catalog
+current, and those that exist otherwise, so the default `release` target never runs an evaluation.
+Invariant: input files = files exposed by a view + rejected files.
 """
 from __future__ import annotations
 
@@ -21,9 +23,9 @@ import re
 from pathlib import Path
 
 from stages.core.release import portable_duckdb_file
-from stages.core.stage import Input, Output, Param, Reject, Stage
+from stages.core.stage import Input, Output, Reject, Stage
 
-VERSION = "2"  # 2: evaluation tables
+VERSION = "4"  # 2: evaluation tables; 3: stage_reports name the rule and output path; 4: evaluation tables are inputs
 _SHARD = re.compile(r"^(?P<table>.+?)(?:\.(?P<shard>\d{5}))?\.parquet$")
 
 
@@ -41,9 +43,7 @@ def _sql_list(paths: list[Path]) -> str:
 def run(ctx):
     views: dict[tuple[str, str], list[Path]] = collections.defaultdict(list)
     stage_dirs: set[tuple[str, Path]] = set()
-    evaluations = [p for p in ctx.params["evaluation_tables"] if Path(p).is_file()]
-    ctx.stats["evaluation_tables"] = len(evaluations)
-    for raw in [*ctx.input_paths("tables"), *evaluations]:
+    for raw in ctx.input_paths("tables"):
         path = Path(raw).resolve()
         with ctx.item(str(path)):
             family, _stage, table = _layout(path)
@@ -64,17 +64,18 @@ def run(ctx):
                 ctx.stats["reject_views"] += 1
             for report_file in sorted(folder.glob("*.report.json")):
                 report = json.loads(report_file.read_text())
+                first_output = report_file.with_name(report_file.name.removesuffix(".report.json"))
                 reports[family].append(
-                    (report["stage"], report_file.name.removesuffix(".report.json"), report["rows_in"],
+                    (report["stage"], folder.name, str(first_output), first_output.name, report["rows_in"],
                      json.dumps(report["rows_out"]), report["rejected"], json.dumps(report["rejected_by_reason"]),
                      json.dumps(report.get("stats", {})), report["seconds"])
                 )
         for family, rows in reports.items():
             con.execute(
-                f'create table "{family}".stage_reports (stage varchar, output varchar, rows_in bigint, rows_out json, '
-                "rejected bigint, rejected_by_reason json, stats json, seconds double)"
+                f'create table "{family}".stage_reports (stage varchar, rule varchar, path varchar, output varchar, rows_in bigint, '
+                "rows_out json, rejected bigint, rejected_by_reason json, stats json, seconds double)"
             )
-            con.executemany(f'insert into "{family}".stage_reports values (?, ?, ?, ?, ?, ?, ?, ?)', rows)
+            con.executemany(f'insert into "{family}".stage_reports values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)', rows)
 
 
 STAGE = Stage(
@@ -84,8 +85,7 @@ STAGE = Stage(
     inputs={"tables": Input("stage output Parquet files in the run layout (any table: each becomes a view)", many=True, kind="file",
                             optional=True)},  # none: a run of evaluations only
     outputs={"catalog": Output(None, "the catalog DuckDB file")},
-    params={"evaluation_tables": Param(list, [], "evaluation outputs in the run layout, exposed when they exist (never built for the catalog)",
-                                       items=str)},
+    params={},
     run=run,
 )
 

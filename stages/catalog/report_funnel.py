@@ -1,13 +1,20 @@
 """One family's figures for Snakemake's HTML report (`snakemake report --report report.html`).
 
-Reads the `*.report.json` sidecars every stage writes beside its first output (rows in, rejects by
-reason, model calls, cache hits, seconds; stages/core/stage.py), in the folders of the family's
-stage outputs, sums each step's shards, and draws (a step is a rule's output folder, so a stage the
-DAG runs twice, like MAVIS's fact_cache_images beside cache_images, is two bars, not one sum):
+Reads the `*.report.json` sidecars every stage writes beside its first output (rows in, rows out
+per output, rejects by reason, model calls, cache hits, seconds; stages/core/stage.py), in the
+folders of the family's stage outputs, sums each step's shards, and draws (a step is a rule's output
+folder, so a stage the DAG runs twice, like MAVIS's fact_cache_images beside cache_images, is two
+steps, not one sum):
 
-- `funnel`: one bar per stage in pipeline order (the order the stages first finished), as long as
-  the rows the stage read, split into the rows it kept and its rejects stacked by reason;
-- `stages`: per stage its seconds (shards summed) and its model calls beside its cache hits;
+- `funnel`: per step in pipeline order (the order the steps first finished) what it reported, each
+  its own bar with its number: the rows it read; the rows it wrote, one bar per output (a stage may
+  write several rows per row read, or one file for many: extract_atomic_facts writes a fact table
+  from answers, build_text_index one index from documents); its rejects, stacked by reason; and
+  the rows it read and neither wrote on nor rejected by design, named as the stage counts them
+  (`NOT_CARRIED_ON`: sample_queries' queries not drawn). Nothing is derived by subtraction: units
+  differ between a stage's input and its outputs. A text line per step says the same in numbers;
+  `funnel_lines` is that text, which the tests compare with the stage reports;
+- `stages`: per step its seconds (shards summed) and its model calls beside its cache hits;
 - `card`: the release's dataset card (README.md of the folder the manifest names) as HTML.
 
 The figures are SVG with their text kept as text, so stage and reason names stay searchable in
@@ -24,8 +31,11 @@ from pathlib import Path
 from stages.core.stage import Input, Output, Param, Reject, Stage
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "2"  # 2: one bar per output folder (a stage run twice is two steps)
+VERSION = "3"  # 2: one bar per output folder (a stage run twice is two steps); 3: rows out per output, rows not carried on
 _NUMBERS = ("rows_in", "rejected", "seconds")
+# Stages that read rows and leave some behind by design, neither written on nor rejected, and the
+# stats their reports count them in.
+NOT_CARRIED_ON = {"sample_queries": ("not_sampled", "others_only")}
 
 
 def _read(path: Path) -> dict:
@@ -36,6 +46,8 @@ def _read(path: Path) -> dict:
         for key in _NUMBERS:
             float(report[key])
         dict(report["rejected_by_reason"])
+        if not all(isinstance(v, (int, float)) for v in dict(report.get("rows_out", {})).values()):
+            raise ValueError("rows_out is not a count per output")
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise Reject("bad_report", f"{path}: {err}") from None
     return report
@@ -50,11 +62,13 @@ def collect(ctx) -> list[dict]:
         with ctx.item(str(path)):
             report = _read(path)
             step = path.parent.name  # the rule's folder: the stage name, or e.g. fact_cache_images
-            stage = stages.setdefault(step, {"stage": step, "first": path.stat().st_mtime, "rows_in": 0, "rejected": 0,
-                                                         "seconds": 0.0, "reasons": collections.Counter(), "stats": collections.Counter()})
+            stage = stages.setdefault(step, {"stage": step, "name": report["stage"], "first": path.stat().st_mtime, "rows_in": 0,
+                                             "rejected": 0, "seconds": 0.0, "rows_out": collections.Counter(),
+                                             "reasons": collections.Counter(), "stats": collections.Counter()})
             stage["first"] = min(stage["first"], path.stat().st_mtime)
             for key in _NUMBERS:
                 stage[key] += report[key]
+            stage["rows_out"].update(report.get("rows_out", {}))
             stage["reasons"].update(report["rejected_by_reason"])
             stage["stats"].update({k: v for k, v in report.get("stats", {}).items() if isinstance(v, (int, float))})
             ctx.count_output("funnel", 1)
@@ -67,28 +81,68 @@ def _svg(fig) -> bytes:
     return buf.getvalue()
 
 
+def not_carried_on(stage: dict) -> dict[str, int]:
+    """The rows a step read and left behind by design, by the name its stage counts them under."""
+    return {name: int(stage["stats"][name]) for name in NOT_CARRIED_ON.get(stage["name"], ()) if stage["stats"][name]}
+
+
+def funnel_lines(stages: list[dict]) -> list[str]:
+    """One line per step, what its reports say: rows read, rows written per output, rejects by
+    reason, rows not carried on. The figure prints these lines."""
+    lines = []
+    for s in stages:
+        written = ", ".join(f"{name} {int(n)}" for name, n in s["rows_out"].items()) or "nothing"
+        line = f"{s['stage']}: read {int(s['rows_in'])}; wrote {written}; rejected {int(s['rejected'])}"
+        if s["reasons"]:
+            line += " (" + ", ".join(f"{r} {int(n)}" for r, n in sorted(s["reasons"].items(), key=lambda kv: (-kv[1], kv[0]))) + ")"
+        left = not_carried_on(s)
+        if left:
+            line += f"; not carried on {sum(left.values())} (" + ", ".join(f"{k} {n}" for k, n in left.items()) + ")"
+        lines.append(line)
+    return lines
+
+
 def draw_funnel(family: str, stages: list[dict]):
     import matplotlib.pyplot as plt
 
-    names = [s["stage"] for s in stages]
-    reasons = sorted({(s["stage"], r) for s in stages for r in s["reasons"]})
     colours = plt.get_cmap("tab20")
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(names) + 2.2))
-    y = range(len(names))[::-1]  # the first stage on top
-    kept = [s["rows_in"] - s["rejected"] for s in stages]
-    ax.barh(list(y), kept, color="#555555", label="kept")
-    left = list(kept)
-    for i, (stage, reason) in enumerate(reasons):
-        widths = [s["reasons"].get(reason, 0) if s["stage"] == stage else 0 for s in stages]
-        ax.barh(list(y), widths, left=left, color=colours(i % 20), label=f"{reason} ({stage})")
-        left = [a + b for a, b in zip(left, widths)]
-    for yi, s in zip(y, stages):
-        ax.text(s["rows_in"], yi, f"  {s['rows_in'] - s['rejected']} of {s['rows_in']}", va="center", fontsize=8)
-    ax.set_yticks(list(y), names)
-    ax.set_xlabel("rows read by the stage: kept, then rejects by reason")
-    ax.set_title(f"{family}: rows through each stage")
-    ax.set_xlim(0, max([s["rows_in"] for s in stages] + [1]) * 1.2)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.2 / max(len(names), 1)), ncol=2, fontsize=8, frameon=False)
+    reasons = sorted({r for s in stages for r in s["reasons"]})
+    colour = {r: colours(i % 20) for i, r in enumerate(reasons)}
+    bars = []  # (step index, label, [(width, colour, hatch, legend)])
+    for i, s in enumerate(stages):
+        bars.append((i, f"read {int(s['rows_in'])}", [(s["rows_in"], "#888888", None, "rows read")]))
+        for name, n in s["rows_out"].items():
+            bars.append((i, f"wrote {name} {int(n)}", [(n, "#4c72b0", None, "rows written (per output)")]))
+        by_reason = sorted(s["reasons"].items(), key=lambda kv: (-kv[1], kv[0]))
+        bars.append((i, f"rejected {int(s['rejected'])}", [(n, colour[r], None, f"rejected: {r}") for r, n in by_reason]))
+        left = not_carried_on(s)
+        if left:
+            bars.append((i, f"not carried on {sum(left.values())} ({', '.join(left)})",
+                         [(n, "#ffffff", "//", "not carried on (by design)") for n in left.values()]))
+    height, gap = 0.22, 0.5
+    fig, ax = plt.subplots(figsize=(11, height * len(bars) + gap * len(stages) + 2.2))
+    y, ticks, legend, top = 0.0, [], {}, max([w for _, _, parts in bars for w in [sum(p[0] for p in parts)]] + [1])
+    lines = funnel_lines(stages)
+    for i in range(len(stages)):
+        mine = [b for b in bars if b[0] == i]
+        start = y
+        for _, label, parts in mine:
+            left = 0.0
+            for width, fill, hatch, name in parts:
+                handle = ax.barh(-y, width, height=height * 0.9, left=left, color=fill, hatch=hatch, edgecolor="#444444", linewidth=0.4)
+                legend.setdefault(name, handle)
+                left += width
+            ax.text(left + top * 0.01, -y, label, va="center", fontsize=7)
+            y += height
+        ticks.append((-(start + y - height) / 2, stages[i]["stage"]))
+        ax.text(0, -(y - height / 2) - 0.12, lines[i], fontsize=6.5, color="#333333", va="top")
+        y += gap
+    ax.set_yticks([t for t, _ in ticks], [name for _, name in ticks])
+    ax.set_xlabel("rows as each stage reports them (shards summed; units differ between input and outputs)")
+    ax.set_title(f"{family}: what each stage read, wrote, rejected and left behind")
+    ax.set_xlim(0, top * 1.45)
+    ax.set_ylim(-y, height)
+    ax.legend(legend.values(), legend.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
     return fig
 
 

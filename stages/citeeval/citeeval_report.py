@@ -9,8 +9,10 @@ own report.
 - Components: CiteEval-Auto, ITERCOE and EDITDIST per scenario and level, responses by status.
 - Rules: which rule each mode follows, per metric, and the differences from strict.
 - Coverage: responses, statements, failed judge calls and invalid (strict) answers of the context
-  and ITERCOE stages (from their report sidecars), so no mean hides what it left out. "n/a" marks
-  a mean over nothing.
+  and ITERCOE stages (from their report sidecars), so no mean hides what it left out. Every score
+  has its coverage beside it, "(k/n)": responses rated of those with a statement to rate (strict
+  statuses, in both modes); "n/a" when none was rated, so the reference mode's 1.0 for failed
+  judge answers never reads as a perfect score.
 - Meta-evaluation, when human ratings were given: Pearson / Spearman / Kendall per level.
 
 Inputs (one file per model each): responses (citeeval_response_scores), statements
@@ -27,11 +29,11 @@ from pathlib import Path
 
 
 from stages.core.citeeval import STATUSES
-from stages.core.release import check_row_counts, load_parquet, md_table, portable_duckdb_file
+from stages.core.release import check_row_counts, covered, load_parquet, md_table, portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "2"
+VERSION = "3"  # 2: statement and response level, rules per mode; 3: coverage (k/n) beside every score, n/a when nothing was rated
 TABLES = ("responses", "statements", "summary", "meta")
 DETAIL = ("contexts", "ratings", "distances")
 RULES = [  # (metric, strict, reference)
@@ -70,10 +72,25 @@ def _summary(con, model: str, scenario: str, mode: str, metric: str):
     return row[0] if row else None
 
 
+def _judged(con, model: str, scenario: str) -> tuple[int, int]:
+    """(responses the judge rated, responses with something to rate) of a model and scenario, from
+    the strict statuses: a failed judge answer makes a response missing there, while the reference
+    mode scores it (1.0 for a failed ITERCOE answer), so both modes show the strict coverage. A
+    response with nothing that counts (not_applicable) or no statement (empty) has nothing to rate."""
+    return con.execute("select count(*) filter (where status = 'rated'), "
+                       "count(*) filter (where status not in ('not_applicable', 'empty')) "
+                       "from responses where model = ? and scenario = ? and mode = 'strict'", [model, scenario]).fetchone()
+
+
+def _covered(con, model: str, scenario: str, mode: str, metric: str) -> str:
+    value = _summary(con, model, scenario, mode, metric)
+    return covered(None if value is None else f"{value:.3f}", *_judged(con, model, scenario))
+
+
 def main_table(con, models: list[str], mode: str) -> str:
     rows = []
     for m in models:
-        cells = [m] + [_fmt(_summary(con, m, s, mode, metric)) for s in ("full", "cited") for metric in ("citeeval_auto_statement", "citeeval_auto")]
+        cells = [m] + [_covered(con, m, s, mode, metric) for s in ("full", "cited") for metric in ("citeeval_auto_statement", "citeeval_auto")]
         cells += [_fmt(_summary(con, m, "full", mode, "statements_per_response")), _fmt(_summary(con, m, "full", mode, "missing_citation_ratio"))]
         rows.append(cells)
     return md_table(["Model", "Full, statement level", "Full, response level", "Cited, statement level", "Cited, response level",
@@ -81,7 +98,7 @@ def main_table(con, models: list[str], mode: str) -> str:
 
 
 def components(con, models: list[str], mode: str) -> str:
-    rows = [[m, s, level] + [_fmt(_summary(con, m, s, mode, k + suffix)) for k in ("citeeval_auto", "itercoe", "editdist")] +
+    rows = [[m, s, level] + [_covered(con, m, s, mode, k + suffix) for k in ("citeeval_auto", "itercoe", "editdist")] +
             [int(_summary(con, m, s, mode, f"responses_{st}") or 0) for st in STATUSES]
             for m in models for s in ("full", "cited") for level, suffix in (("statement", "_statement"), ("response", ""))]
     return md_table(["Model", "Scenario", "Level", "CiteEval-Auto", "ITERCOE", "EDITDIST", *STATUSES], rows)
@@ -135,7 +152,9 @@ def run(ctx):
             "every statement that requires a citation (retrieval context), an uncited one scoring 0; Cited only the cited ones "
             "(§2.4). Statement level: the mean over statements (each response weighs its statements); response level: the mean "
             "over responses. |R| statements per response, M share of statements without citation. Strict: failed or invalid "
-            "judge answers make a response missing, never 0.",
+            "judge answers make a response missing, never 0. \"(k/n)\" beside every score: k responses the judge rated (strict "
+            "statuses, in both modes) of the n with a statement to rate; \"n/a\" when none was rated, never the reference "
+            "mode's default 1.0.",
             "## Coverage", coverage(con, ctx),
             "## CiteEval-Auto, strict (cf. Table 4)", main_table(con, models, "strict"),
             "## Components and responses by status, strict", components(con, models, "strict"),

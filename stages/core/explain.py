@@ -92,9 +92,9 @@ def origin_layer(origin: str, layers: list[tuple[str, dict]]) -> str:
     return "stage default"
 
 
-def explain(config: dict, layers: list[tuple[str, dict]], only: str | None = None) -> dict:
+def explain(config: dict, layers: list[tuple[str, dict]], only: str | None = None, targets: tuple[str, ...] = ()) -> dict:
     """Per rule and job: every param leaf with its value and origin; per model role its endpoint."""
-    wiring = load_steps(config)
+    wiring = load_steps(config, targets)
     rules: dict[str, Any] = {}
     roles = []
     for name, step in wiring.steps.items():
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     config, layers = layered_config(args.configfile, args.config)
     try:
         validate_config(config)
-        report = explain(config, layers, args.rule)
+        report = explain(config, layers, args.rule, tuple(args.targets))
     except (ConfigError, WiringError) as err:
         sys.exit(f"explain: {err}")
     if args.rule and not report["rules"]:

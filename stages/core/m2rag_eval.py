@@ -2,7 +2,8 @@
 
 - Reading a release: this run's manifest or a released folder (`parquet/` tables, `images/<sha256>.*`).
   A release without `aux_images` or without `caption` columns on `images` is read as having no
-  auxiliary images and images captioned by their alt text (`caption_mode` "alt").
+  auxiliary images and images captioned by their alt text (`caption_mode` "alt"). M2RAG's own
+  published benchmark (M2RAG-Bench's `dev_set.jsonl`) reads as the same tables (`read_dev_set`).
 - Input selection (App. E): per page the top `text_per_page` pieces by score (at least
   `min_text_score`), kept in page order; the page images and the auxiliary images scored at least
   `min_image_score`, the best `max_page_images` and `max_aux_images` of each, `max_images` in all.
@@ -16,11 +17,13 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pyarrow.parquet as pq
 
@@ -38,8 +41,11 @@ RAGAS_METRICS = ("context_precision", "faithfulness")
 
 
 def release_folder(path: str) -> Path:
-    """The release folder from a manifest JSON ({"path": folder}) or the folder itself."""
+    """The release folder from a manifest JSON ({"path": folder}) or the folder itself; M2RAG's
+    published `dev_set.jsonl` (any `.jsonl` file) is returned as is."""
     given = Path(path)
+    if given.suffix == ".jsonl" and given.is_file():
+        return given
     if given.suffix == ".json" and given.is_file():
         manifest = json.loads(given.read_text())
         if "path" not in manifest:
@@ -53,14 +59,116 @@ def release_folder(path: str) -> Path:
     return given
 
 
-def read_release(folder: Path) -> dict[str, list[dict]]:
-    """The tables evaluation needs, as rows; absent aux_images / caption columns read as empty / alt text."""
+def read_release(folder: Path) -> dict[str, list]:
+    """The tables evaluation needs, as rows; absent aux_images / caption columns read as empty / alt
+    text. Also `files` (sha256 -> image file of the published layout, none for our releases) and
+    `bad_records` ((id, why) of published records that cannot be read, each a reject)."""
+    if folder.is_file():
+        return read_dev_set(folder)
     tables = {name: pq.read_table(folder / "parquet" / f"{name}.parquet").to_pylist() for name in ("queries", "pages", "elements", "images")}
+    tables["files"], tables["bad_records"] = {}, []
     for image in tables["images"]:
         if not image.get("caption"):
             image["caption"], image["caption_mode"] = image.get("alt") or "", "alt"
     aux = folder / "parquet" / "aux_images.parquet"
     tables["aux_images"] = pq.read_table(aux).to_pylist() if aux.is_file() else []
+    return tables
+
+
+# M2RAG-Bench (the seed's published benchmark, scripts/export_dev_set.py of its code) is one JSON
+# record per query: {query_id, content, level, webpages: [{webpage_id, url, title, cleaned_webpage_splits:
+# [{split_id, text, score}], images: [{split_id, image_id, image_url, cached_image_url, valid, final_score,
+# detailed_image_caption}]}], aux_images: [{image_id, image_url, cached_image_url, valid, final_score,
+# detailed_image_caption}]}; the images are files at the cached url's path under an images root
+# (`<root>/ELI5/dev_set/query-<q>/webpage-<w>/<image_id>.<ext>`), the root being `images/` beside the
+# JSONL or beside its folder (the seed's download script puts them in data/images, the JSONL in data/dev_set).
+def _published_file(jsonl: Path, cached_url) -> Path | None:
+    if not isinstance(cached_url, str) or not cached_url:
+        return None
+    try:
+        relative = Path(urlsplit(cached_url).path.lstrip("/"))
+    except ValueError:
+        return None
+    if ".." in relative.parts:
+        return None
+    for root in (jsonl.parent / "images", jsonl.parent.parent / "images", jsonl.parent):
+        if (root / relative).is_file():
+            return root / relative
+    return None
+
+
+def _published_image(jsonl: Path, image: dict, files: dict[str, Path]) -> dict:
+    """url, sha256 (of the local file, "" when absent: shown by its caption), score (None unless
+    the record marks the image valid: the seed's code drops the others) and caption."""
+    path = _published_file(jsonl, image.get("cached_image_url"))
+    sha = hashlib.sha256(path.read_bytes()).hexdigest() if path else ""
+    if path:
+        files[sha] = path
+    score = _score(image.get("final_score"))
+    caption = image.get("detailed_image_caption")
+    return {"url": str(image.get("image_url") or ""), "sha256": sha, "score": score if image.get("valid") is True else None,
+            "caption": caption if isinstance(caption, str) else "", "caption_mode": "published", "alt": ""}
+
+
+def _score(value) -> float | None:
+    """A published score (0-10) as a float; None when it is not a finite number (not selected)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _check(value, kind, what: str):
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ValueError(f"{what} must be {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
+    return value
+
+
+def read_dev_set(path: Path) -> dict[str, list]:
+    """M2RAG-Bench's dev_set.jsonl as the tables `read_release` gives: queries (id m2rag:<query_id>,
+    question, level), pages in search order (rank 1..), text pieces by split_id with their scores,
+    each page image after its piece, auxiliary images; a record that is not valid JSON or lacks a
+    field of its type is a bad record, never a crash."""
+    tables: dict[str, list] = {"queries": [], "pages": [], "elements": [], "images": [], "aux_images": [], "files": {}, "bad_records": []}
+    seen: set[str] = set()
+    for n, line in enumerate(path.read_bytes().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = _check(json.loads(line), dict, "a record")
+            raw_id = record.get("query_id")
+            qid = f"m2rag:{_check(raw_id, (str, int), 'query_id')}"
+            if qid in seen:
+                raise ValueError(f"query_id {raw_id!r} is on an earlier line (the first is kept)")
+            question = _check(record.get("content"), str, "content").strip()
+            rows = {"pages": [], "elements": [], "images": [], "aux_images": []}
+            for rank, page in enumerate(_check(record.get("webpages"), list, "webpages"), 1):
+                _check(page, dict, "a webpage")
+                pid = f"{qid}/w{_check(page.get('webpage_id'), (str, int), 'webpage_id')}"
+                rows["pages"].append({"id": pid, "query_id": qid, "rank": rank, "url": str(page.get("url") or ""),
+                                      "title": str(page.get("title") or "")})
+                for piece in _check(page.get("cleaned_webpage_splits") or [], list, "cleaned_webpage_splits"):
+                    split = _check(_check(piece, dict, "a split").get("split_id"), int, "split_id")
+                    score = piece.get("score")
+                    rows["elements"].append({"element_id": f"{pid}#t{split}", "page_id": pid, "query_id": qid, "order": split * 1000,
+                                             "kind": "text", "text": _check(piece.get("text"), str, "a split's text"),
+                                             "score": _score(score)})
+                for j, image in enumerate(_check(page.get("images") or [], list, "images")):
+                    split = _check(image, dict, "an image").get("split_id")
+                    order = (split * 1000 if isinstance(split, int) and not isinstance(split, bool) else 10**9) + 1 + j
+                    row = {"element_id": f"{pid}#i{j}", "page_id": pid, "query_id": qid, "order": order,
+                           **_published_image(path, image, tables["files"])}
+                    rows["images"].append(row)
+                    rows["elements"].append({"element_id": row["element_id"], "page_id": pid, "query_id": qid, "order": order,
+                                             "kind": "image", "text": row["caption"], "score": row["score"]})
+            for image in _check(record.get("aux_images") or [], list, "aux_images"):
+                rows["aux_images"].append({"query_id": qid, **_published_image(path, _check(image, dict, "an aux image"), tables["files"])})
+        except ValueError as err:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too
+            tables["bad_records"].append((f"{path.name}:{n}", str(err)))
+            continue
+        seen.add(qid)
+        tables["queries"].append({"id": qid, "question": question, "level": record.get("level")})
+        for name, found in rows.items():
+            tables[name].extend(found)
     return tables
 
 

@@ -1,5 +1,7 @@
 """Releases: `<releases_dir>/<name>/<version>/` with benchmark.duckdb (materialized tables), the
-same tables as Parquet under parquet/, a dataset card README.md, and any seed-format exports.
+same tables as Parquet under parquet/, a dataset card README.md, the tables that hold splits once
+more per split under splits/<table>/<split>.parquet (what the card's configs load), and any
+seed-format exports.
 
 The version is a content hash of the release's inputs and params, so an identical rebuild gets
 the same version and a changed input or setting gets a new one. The folder is assembled under a
@@ -22,7 +24,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .dataset_card import citation_section, front_matter
+from .dataset_card import citation_section, front_matter, split_files
 from .errors import StageError
 from .tables import atomic_write_bytes, sweep_stale_temps
 
@@ -132,6 +134,10 @@ def write_release(
                 con.unregister("_incoming")
         finally:
             con.close()
+        for table_name, splits in split_files(tables).items():  # what the card's split configs load
+            (tmp / "splits" / table_name).mkdir(parents=True)
+            for split, rows in splits.items():
+                pq.write_table(rows, tmp / "splits" / table_name / f"{split}.parquet", compression="zstd")
         (tmp / "README.md").write_text(card)
         if extra is not None:
             extra(tmp)
@@ -172,23 +178,33 @@ def publish_release(
     tables: dict[str, pa.Table],
     make_card: Callable[[str, str], str],
     extra: Callable[[Path], None] | None = None,
+    unsplit: str = "test",
 ) -> Path:
     """What every release stage ends with: count the release's unit (the first table: one row per
     question or query) as the manifest's rows and check the count invariant before anything is
     published; version the release by its stage's input files and params (not `releases_dir`,
     which says where, not what); write it and the manifest. `make_card(name, version)` returns the
     dataset card's body; the YAML front matter `datasets` reads and the citation are added here
-    (stages/core/dataset_card.py), so every family's release loads with `datasets.load_dataset`."""
+    (stages/core/dataset_card.py), so every family's release loads with `datasets.load_dataset`; a
+    table with a `split` column loads as its splits, any other as the one split `unsplit`."""
     ctx.count_output("manifest", next(iter(tables.values())).num_rows)
     ctx.check_invariant()
     inputs = [path for name in ctx.stage.inputs for path in ctx.input_paths(name)]
     params = {k: v for k, v in ctx.params.items() if k != "releases_dir"} | {"stage_version": ctx.stage.version}
     name = ctx.params["name"]
     version = release_version(inputs, params)
-    card = front_matter(name, tables) + make_card(name, version).rstrip("\n") + citation_section(ctx.stage.name, tables)
+    card = front_matter(name, tables, unsplit) + make_card(name, version).rstrip("\n") + citation_section(ctx.stage.name, tables, unsplit)
     folder = write_release(ctx.params["releases_dir"], name, version, tables, card, extra)
     write_manifest(ctx.output_path("manifest"), name, version, folder, tables)
     return folder
+
+
+def covered(formatted: str | None, judged: int | None, total: int | None) -> str:
+    """A headline number with its coverage beside it, "0.53 (12/14)": what the mean is over out of
+    everything it could have been over. Nothing judged prints "n/a (0/14)", never a score: a mean
+    over nothing (or a placeholder the scorer fills in) must not read as a result."""
+    judged, total = judged or 0, total or 0
+    return f"{formatted if judged and formatted is not None else 'n/a'} ({judged}/{total})"
 
 
 def md_table(headers: list[str], rows: list[list]) -> str:

@@ -16,7 +16,9 @@ reading it back gives the value again.
 
 - quality_control exports `review_sheet.csv` (decision keep | reject), release_mcitebench reads it;
 - pair_evidence exports `pairing_sheet.csv` (elements: element ids to use instead of the parser's
-  proposal) and reads the edited copy itself, so distractors and quality control see the pairs.
+  proposal) and reads the edited copy itself, so distractors and quality control see the pairs;
+- MAVIS's sample_annotation exports `annotation_sheet.csv` (relevant, and grounded_k per shown
+  document: yes | no), release_mavis reads it (MAVIS §3.2 Step 3).
 
 `SHEET_KINDS` says, per kind of sheet, which columns name an item and what keep and reject write,
 so the review page (stages/core/review_app.py) writes the same file a person would edit by hand.
@@ -118,28 +120,23 @@ class SheetKind:
     column: str  # the column a decision fills; empty = not decided yet
     keep: str | None  # the value "keep" writes; None: the value typed on the page (prefilled from `proposal`)
     reject: str  # the value "reject" writes
-    show: tuple[str, ...]  # the columns shown, in order
+    show: tuple[str, ...]  # the columns shown as fields, in order
+    layout: str  # how the page lays out the item's evidence (review_app.ENTRIES): quality_control | pairing | annotation
     proposal: str | None = None  # the column prefilling the typed value
-    # DuckDB SQL over the run's catalog giving (label, image_sha256) of the item's images, with
-    # $question_id and $elements (element ids named in the row) bound
-    images: str | None = None
+    # per shown entry k, the yes | no column a keep must fill (MAVIS: grounded_{k} for the shown
+    # document doc_{k}); reject leaves them as chosen
+    entry_decision: str | None = None
     note: str = "note"
 
 
-_MC_IMAGES = """
-    select coalesce(nullif(el.label, ''), x.key), el.image_sha256 from (
-        select element_id, key, rank from mcitebench.evidence where question_id = $question_id
-        union all select element_id, 'distractor', 100 + rank from mcitebench.distractors where question_id = $question_id
-        union all select unnest($elements), 'element', 200) x
-    join mcitebench.elements el on el.id = x.element_id where el.image_sha256 is not null order by x.rank"""
-
 SHEET_KINDS = [
     SheetKind("quality control (MCiteBench §3.5)", key=("question_id",), column="decision", keep="keep", reject="reject",
-              show=("question_type", "paper_id", "question", "answer", "options", "gold", "evidence", "distractors",
-                    "relevance", "clarity", "evidence_alignment", "judge_reason"), images=_MC_IMAGES),
+              show=("question_type", "paper_id", "question", "answer", "options", "gold", "relevance", "clarity",
+                    "evidence_alignment", "judge_reason"), layout="quality_control"),
     SheetKind("evidence pairing (MCiteBench §3.4)", key=("question_id", "reference"), column="elements", keep=None, reject="none",
-              show=("question_type", "paper_id", "question", "answer", "reference", "proposed", "proposed_evidence", "problem"),
-              proposal="proposed", images=_MC_IMAGES),
+              show=("question_type", "paper_id", "question", "answer", "reference", "problem"), layout="pairing", proposal="proposed"),
+    SheetKind("fact annotation (MAVIS §3.2 Step 3)", key=("fact_id",), column="relevant", keep="yes", reject="no",
+              show=("instance_id", "domain", "question", "fact"), layout="annotation", entry_decision="grounded_{k}"),
 ]
 
 

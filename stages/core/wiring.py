@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import yaml
 
@@ -148,6 +149,7 @@ class Step:
     files: dict[str, str]  # output -> file name where it is not "<output>.parquet"
     folder: str  # where the outputs live
     reports: dict[str, dict]  # output -> Snakemake report() keywords
+    rerun_on: dict[str, str]  # extra rule params, not passed to the stage: a change reruns the rule
     threads: int
     constraints: dict[str, str]
     kind: str  # "build" | "evaluation"
@@ -312,13 +314,19 @@ class Step:
         unknown = sorted(set(self.fixed) - set(self.decl["params"]))
         if unknown:
             raise WiringError(f"rule {self.rule}: wires params {unknown}, which stage {self.stage} does not declare")
+        taken = sorted(set(self.rerun_on) & {"module", "io", "settings"})
+        if taken:
+            raise WiringError(f"rule {self.rule}: rerun_on names {taken}, which are the rule's own params")
 
 
 class Wiring:
-    """The steps of one configuration and the run-wide settings they share."""
+    """The steps of one configuration and the run-wide settings they share. `targets`: the
+    Snakemake targets, or a function giving them (Snakemake sets them after the Snakefile is read,
+    so the rule files read `W.targets` only inside input functions)."""
 
-    def __init__(self, config: dict):
+    def __init__(self, config: dict, targets: Iterable[str] | Callable[[], Iterable[str]] = ()):
         self.config = config
+        self._targets = targets
         self.rundir = f"data/runs/{config['run']}"
         self.shards = [f"{i:05d}" for i in range(config["shards"])]
         self.releases_dir = config.get("releases_dir", "data/releases")
@@ -327,6 +335,10 @@ class Wiring:
         self.releases: list[str] = []  # release manifests (the `release` target)
         self.evaluations: list[str] = []  # evaluation reports (the `evaluate` target)
         self.reports: list[str] = []  # the report figures (the `report` target)
+
+    @property
+    def targets(self) -> set[str]:
+        return set(self._targets() if callable(self._targets) else self._targets)
 
     # run-wide settings ------------------------------------------------------------------
     @property
@@ -393,10 +405,12 @@ class Wiring:
              domain: list[dict] | None = None, inputs: dict[str, Any] | None = None, section: str | None = "",
              shared: str | None = None, wiring: dict | None = None, per_job: Callable[[dict], dict] | None = None,
              models: Callable[[dict], dict] | None = None, files: dict[str, str] | None = None, folder: str | None = None,
-             reports: dict[str, dict] | None = None, threads: int = 1, constraints: dict[str, str] | None = None) -> Step:
+             reports: dict[str, dict] | None = None, rerun_on: dict[str, str] | None = None, threads: int = 1,
+             constraints: dict[str, str] | None = None) -> Step:
         """Declare one rule. `inputs` maps the stage's inputs to an `out(...)`/`every(...)` edge, a
         path or list of paths, a function of the job's wildcards, or None/[] (not given);
-        `section` defaults to "<family>.<stage>"."""
+        `section` defaults to "<family>.<stage>"; `rerun_on` names values the stage does not take
+        whose change must rerun the rule (a release's content: `release_version`)."""
         stage = stage or rule
         if rule in self.steps:
             raise WiringError(f"rule {rule} is declared twice")
@@ -407,7 +421,7 @@ class Wiring:
             edges={name: _edge(value) for name, value in (inputs or {}).items() if value not in (None, [])},
             section=f"{family}.{stage}" if section == "" else section, shared=shared, fixed=dict(wiring or {}),
             per_job=per_job, models=models, files=dict(files or {}), folder=folder or "",
-            reports=dict(reports or {}), threads=threads, constraints=dict(constraints or {}),
+            reports=dict(reports or {}), rerun_on=dict(rerun_on or {}), threads=threads, constraints=dict(constraints or {}),
             kind="evaluation" if family in EVALUATION_FAMILIES else "build",
         )
         step.folder = step.folder or f"{self.rundir}/{family}/{step.name}"
@@ -447,6 +461,24 @@ def _edge(value: Any) -> Edge:
     return Edge(lambda wc: [str(p) for p in paths])
 
 
+def release_version(given: str | None) -> str:
+    """A release an evaluation reads, as a `rerun_on` value: a release folder or file named in the
+    config, by its path and a hash of its content (the folder's parquet/ tables and JSONL records;
+    its images are named by their hash), so pointing an evaluation at another release, or a release
+    whose content changed under old file times, reruns it. This run's own release (given None) is a
+    manifest input its release rule rewrites: nothing to add."""
+    if not given:
+        return ""
+    path = Path(given)
+    folder = path.parent if path.suffix == ".duckdb" else path  # a MAVIS folder may be named by its benchmark.duckdb
+    files = sorted(folder.glob("parquet/*.parquet")) + sorted(folder.glob("*.jsonl")) if folder.is_dir() else [path]
+    digest = hashlib.sha256()
+    for file in files:
+        if file.is_file():
+            digest.update(file.name.encode() + b"\0" + hashlib.sha256(file.read_bytes()).digest())
+    return f"{path.resolve()}:{digest.hexdigest()[:16]}"
+
+
 def rule_files() -> list[Path]:
     """The rule files that declare steps, in the order the Snakefile includes them."""
     order = ["mavis", "images", "retrieval", "m2rag", "openreview", "mcitebench", "eval_mcitebench", "eval_mavis",
@@ -454,10 +486,12 @@ def rule_files() -> list[Path]:
     return [ROOT / "rules" / f"{name}.smk" for name in order]
 
 
-def load_steps(config: dict) -> Wiring:
+def load_steps(config: dict, targets: Iterable[str] | Callable[[], Iterable[str]] = ()) -> Wiring:
     """Every step of a configuration: each rule file run in a namespace of its own (the Snakefile and
-    explain both read the steps here, so what explain shows is what Snakemake runs)."""
-    wiring = Wiring(config)
+    explain both read the steps here, so what explain shows is what Snakemake runs). `targets`: the
+    Snakemake targets (see Wiring)."""
+    wiring = Wiring(config, targets)
     for path in rule_files():
-        exec(compile(path.read_text(), str(path), "exec"), {"W": wiring, "config": config, "Path": Path, "WiringError": WiringError})
+        exec(compile(path.read_text(), str(path), "exec"), {"W": wiring, "config": config, "Path": Path, "WiringError": WiringError,
+                                                            "release_version": release_version})
     return wiring

@@ -25,10 +25,12 @@ Every response records its inputs, its calls and their tokens (Table 3 reports t
 output images its placeholders resolve to, the placeholders that point to no input image, and the
 query's topic (the category it was sampled for, else its first one: Figure 3's per-topic scores).
 
-Inputs: release (release manifest JSON or release folder).
+Inputs: release (release manifest JSON or release folder, or M2RAG's published benchmark: its
+`dev_set.jsonl`, images under `images/` beside it or beside its folder, `stages.core.m2rag_eval.read_dev_set`).
 Outputs: responses (m2rag_responses).
 Rejects: no_pages (a query without any selected text or image), invalid_answer (a call failed after
-the client's retries; the step, reason and raw text in the detail).
+the client's retries; the step, reason and raw text in the detail), bad_record (a published record
+that is not JSON or lacks a field of its type).
 Params: model, approach, llm, vision, limit, max_tokens, selection and placement settings.
 """
 from __future__ import annotations
@@ -198,6 +200,9 @@ def run(ctx):
     params = ctx.params
     folder = release_folder(ctx.input_path("release"))
     tables = read_release(folder)
+    for record, why in tables["bad_records"]:  # M2RAG's published dev_set.jsonl: a record we cannot read
+        with ctx.item(record):
+            raise Reject("bad_record", why)
     ctx.stats["aux_images_in_release"] = len(tables["aux_images"])
     ctx.stats["images_captioned_by_alt"] = sum(1 for i in tables["images"] if i["caption_mode"] == "alt")
     sel = Selection(**{k: params[k] for k in Selection.__dataclass_fields__})
@@ -218,7 +223,7 @@ def run(ctx):
                 if not pages and not images:
                     raise Reject("no_pages", f"no text piece scored >= {sel.min_text_score} and no image scored >= {sel.min_image_score}")
                 for image in images:  # thumbnails stored for every model: a vision judge sees them too
-                    path = image_file(folder, image["sha256"])
+                    path = tables["files"].get(image["sha256"]) or image_file(folder, image["sha256"])
                     try:
                         image["thumb_sha256"] = thumbnail(store, path, params["thumbnail"]) if path is not None else ""
                     except (OSError, ValueError, Image.DecompressionBombError) as err:  # a released file Pillow cannot read

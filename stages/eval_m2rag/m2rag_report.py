@@ -5,7 +5,7 @@ Scores (stages.core.m2rag_eval.response_scores, aggregate): every judge score no
 Text metrics (fluency, relevance, context precision, faithfulness) and image recall are means over
 queries; image coherence, helpfulness and reference are means over all output images. Two
 aggregations, labelled:
-- strict (ours): a failed judge call is missing, never 0 ("(k missing)" counts them); RAGAS
+- strict (ours): a failed judge call is missing, never 0; RAGAS
   metrics are missing where RAGAS gives NaN (no context, no statement); image recall is the
   Figure 22 judge's: the images used over those plus the unused ones the judge would insert; the
   overall is the mean of the eight that are defined: a system that output no image has no image
@@ -18,6 +18,8 @@ aggregations, labelled:
 Both: context precision without contexts is 0 (RAGAS). Each table also has the two lines the
 public evaluate.py prints (Text Avg.: the four text metrics; Multi-modal P. Avg.: coherence,
 helpfulness, reference). The count version of image recall is printed beside the strict table.
+Every number of the results tables has its coverage beside it, "(k/n)": queries or output images
+judged (strict, in both tables) of n; "n/a" when none was.
 Figure 3: per topic (responses' `topic`), each system's overall over that topic's queries and
 their average over the systems, in both modes.
 
@@ -33,16 +35,16 @@ from __future__ import annotations
 
 import json
 
-from stages.core.m2rag_eval import METRICS, aggregate, by_topic, response_scores
-from stages.core.release import check_row_counts, load_parquet, md_table, portable_duckdb_file
+from stages.core.m2rag_eval import IMAGE_METRICS, METRICS, aggregate, by_topic, response_scores
+from stages.core.release import check_row_counts, covered, load_parquet, md_table, portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "2"
+VERSION = "3"  # 2: reference mode as the public evaluator, Figure 3; 3: coverage (k/n) beside every number
 LABELS = {"fluency": "Flu.", "relevance": "Rel.", "context_precision": "CP.", "faithfulness": "Faith.", "image_coherence": "Coher.",
           "image_helpfulness": "Help.", "image_reference": "Ref.", "image_recall": "Recall"}
 NOTES = {
-    "strict": "Strict (ours): a failed judge call is missing, never 0; \"(k missing)\" counts the queries or images left out. "
+    "strict": "Strict (ours): a failed judge call is missing, never 0; \"(k/n)\" beside a number: k queries or images scored of n. "
               "Faith. without statements is missing (RAGAS NaN), CP. without contexts 0 (RAGAS). Recall is the Figure 22 judge's. "
               "Overall = mean of the eight metrics that are defined; a system that output no image has no Coher./Help./Ref. and its "
               "overall is the mean of the other five (column \"of\"). Text avg. and Img. P. avg. (the lines the public evaluate.py "
@@ -56,8 +58,16 @@ NOTES = {
 }
 
 
-def fmt(value, missing: int = 0) -> str:
-    return ("n/a" if value is None else f"{value:.2f}") + (f" ({missing} missing)" if missing else "")
+def fmt(value) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def cell(agg: dict, strict: dict, metric: str, responses: int) -> str:
+    """A mean with its coverage, judged / total, from the strict aggregation in both modes (a failed
+    judge call is missing there; the reference mode may read a number out of it): total is the
+    system's responses for a text metric and recall, its output images for an image metric."""
+    total = strict["output_images"] if metric in IMAGE_METRICS else responses
+    return covered(None if agg[metric] is None else fmt(agg[metric]), total - strict[f"{metric}_missing"], total)
 
 
 def run(ctx):
@@ -106,9 +116,10 @@ def run(ctx):
         for (m, a, md), agg in summary.items():
             if md != mode:
                 continue
-            rows.append([m, a, *[fmt(agg[k], agg.get(f"{k}_missing", 0)) for k in METRICS], fmt(agg["overall"]), agg["overall_over"],
+            strict, n = summary[(m, a, "strict")], len(systems[(m, a)])
+            rows.append([m, a, *[cell(agg, strict, k, n) for k in METRICS], fmt(agg["overall"]), agg["overall_over"],
                          fmt(agg["text_average"]), fmt(agg["image_precision_average"])]
-                        + ([fmt(agg["image_recall_count"], agg["image_recall_count_missing"])] if mode == "strict" else []))
+                        + ([cell(agg, strict, "image_recall_count", n)] if mode == "strict" else []))
         tables += [f"## Results (cf. Table 2), {mode} scoring", NOTES[mode], md_table(headers, rows)]
     systems_order = sorted(systems)
     for mode in ("strict", "reference"):
@@ -125,7 +136,10 @@ def run(ctx):
         "answer without image placeholders), CP. context precision and Faith. faithfulness as RAGAS defines them (contexts: the pages' "
         "selected text and the captions of the answer's images), Coher./Help./Ref. image coherence, helpfulness and reference "
         "(Figures 19-21, one judgement per output image with the text above and below it), Recall image recall (Figure 22). Text "
-        "metrics and recall are means over queries; image metrics are means over all output images.",
+        "metrics and recall are means over queries; image metrics are means over all output images. \"(k/n)\" beside every "
+        "number: k queries (text metrics, recall) or output images (image metrics) judged, from the strict scoring in both "
+        "tables (a failed judge call is missing there), of n; \"n/a\" when none was, never the number a parser reads out of a "
+        "failed answer.",
         *tables,
         "## Responses and token use (cf. Table 3)",
         md_table(["Model", "Approach", "Responses", "Calls", "Prompt tokens / response", "Completion tokens / response", "Truncated calls",

@@ -17,7 +17,9 @@ out like the seed's main table, two plots and a DuckDB file with every evaluatio
   NDCG@10 and Recall@100 per retriever, model and split.
 - Judge validation (cf. Table 6, optional input `agreement`: mavis_validate_judge's): Pearson r of
   the judge against human labels per metric, per answer and per judgement.
-Every number is read from the score stage's summary; "n/a" marks a metric missing everywhere.
+Every number is read from the score stage's summary, with its coverage beside it, "(k/n)": k answers
+judged under strict scoring (a failed judge call leaves one out) of n, in both modes; "n/a" where
+nothing was judged, so a reference-mode mean of failed calls scored 0 never reads as a score.
 
 Inputs: queries, retrieved, responses, sentences, judgements, scores, summary (one file per model
 each); retrieval, agreement (optional).
@@ -33,11 +35,11 @@ from pathlib import Path
 
 from stages.core.mavis_eval import METHODS, SETTINGS
 from stages.core.plots import grouped_bars
-from stages.core.release import check_row_counts, load_parquet, md_table, portable_duckdb_file
+from stages.core.release import check_row_counts, covered, load_parquet, md_table, portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "2"
+VERSION = "3"  # 2: splits, Tables 3 and 6; 3: coverage (k/n) beside every number, n/a when nothing was judged
 TABLES = ("queries", "retrieved", "responses", "sentences", "judgements", "scores", "summary")
 OPTIONAL = {"retrieval": "mavis_eval_retrieval_summary", "agreement": "mavis_eval_judge_agreement"}
 SETTING_NAMES = {"text": "Text-RAG", "image": "Image-RAG", "multi": "Multi-RAG"}
@@ -64,7 +66,8 @@ NOTES = {
                  "judge call counts 0; a failed generation is the public client's \"Error\" answer. Utilised documents as "
                  "aggregate.py counts them. MAUVE as fluency.py: instances whose gold documents include a text and an image, "
                  "question + text on both sides, model texts with \"Error\", \"document\" or \"information\" dropped. "
-                 "\"(k missing)\" here counts the answers the public scripts leave out.",
+                 "\"(k/n)\" is the strict coverage (answers judged); the answers the public scripts leave out are the "
+                 "summary table's `missing` (DuckDB file).",
 }
 
 
@@ -74,13 +77,22 @@ def _fmt(value, percent: bool) -> str:
     return f"{100 * value:.1f}" if percent else f"{value:.1f}"
 
 
+def _covered(summary: dict, key: tuple, scoring: str, metric: str, percent: bool) -> str:
+    """The mean with its coverage, answers judged / answers, both from the strict row (a failed
+    judge call leaves an answer out there; the reference mode scores it 0), so a mode's number over
+    nothing judged prints n/a; "–" where the mode has no row."""
+    row = summary.get((*key, scoring, metric))
+    if row is None:
+        return "–"
+    judged = summary.get((*key, "strict", metric)) or row
+    return covered(None if row["value"] is None else _fmt(row["value"], percent), judged["n"], judged["n"] + judged["missing"])
+
+
 def main_table(summary: dict, combos: list[tuple[str, str, str, str]], scoring: str) -> str:
-    rows = []
-    for model, split, setting, method in combos:
-        cells = [summary.get((model, split, setting, method, scoring, metric)) for metric, _ in PERCENT + COUNTS]
-        rows.append([model, f"+ {SETTING_NAMES[setting]}", METHOD_NAMES[method]]
-                    + [_fmt(c["value"] if c else None, i < len(PERCENT)) + (f" ({c['missing']} missing)" if c and c["missing"] else "")
-                       for i, c in enumerate(cells)])
+    rows = [[model, f"+ {SETTING_NAMES[setting]}", METHOD_NAMES[method]]
+            + [_covered(summary, (model, split, setting, method), scoring, metric, i < len(PERCENT))
+               for i, (metric, _) in enumerate(PERCENT + COUNTS)]
+            for model, split, setting, method in combos]
     return md_table(["Model", "Setting", "Method"] + [label for _, label in PERCENT + COUNTS], rows)
 
 
@@ -186,8 +198,9 @@ def run(ctx):
             f"# {ctx.params['title']}",
             "Scores on a 0-100 scale; statistics in documents per answer. Informativeness F1 = harmonic mean of completeness "
             "(Table 13) and relevance (Table 14), groundedness F1 = harmonic mean of recall and precision (Table 12), each "
-            "computed per answer and then averaged (mavis.txt §4). \"(k missing)\" counts the answers left out of a mean "
-            "because a judge call failed.",
+            "computed per answer and then averaged (mavis.txt §4). \"(k/n)\" beside every number: k answers judged "
+            "(strict scoring, whatever the table's mode: a failed judge call leaves an answer out) of the n answers; "
+            "\"n/a\" where none was, never a score; \"–\" no row in that mode.",
             "## Coverage",
             md_table(["Model", "Instances", "By split", "Answers asked", "Responses", "Failed generations", "Rejected", "Truncated",
                       "Failed judge calls", "Answers with a missing F1", "Retriever", "Vision"], [list(r) for r in coverage]),

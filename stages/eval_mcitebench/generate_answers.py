@@ -10,8 +10,9 @@ are sent as images labelled "Figure N" / "Table N" from `image_2_idx` / `table_2
 false; by default the embedded llamacpp backend) gets each figure/table's caption in its place,
 or only its label when the release has no caption; the row records `vision` so a report never
 mixes the two silently. Captions come from any Parquet table in the release's `parquet/` folder
-with `image_sha256` and `caption` columns (citeforge releases have one; MCiteBench's own data has
-none). Images are put into the image store the model client reads (content-addressed). An image
+with `image_sha256` and `caption` columns (citeforge releases have one), and, for a locating
+record's evidence image, from its `meta_data.img_caption` (a figure) or `itable_caption` (a table):
+MCiteBench's released records carry them there, and captions are the paper's main setting. Images are put into the image store the model client reads (content-addressed). An image
 path `images/<sha256>.jpg` is found next to the JSONL (citeforge releases) or, as in MCiteBench's
 released data, under a visual-resources folder beside it, one folder per paper
 (`visual_resources*/<pdf_id>/images/<sha256>.jpg`).
@@ -44,7 +45,7 @@ from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.refs import figure_table_refs
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "2"  # 2: items shuffled by core seeded_rng
+VERSION = "3"  # 2: items shuffled by core seeded_rng; 3: meta_data captions of published records
 PROMPT = "mcitebench_answer"
 FIELDS = {"question_id": str, "pdf_id": str, "question_type": str, "question": str, "answer": str, "evidence_keys": list,
           "evidence_contents": list, "text_2_idx": dict, "image_2_idx": dict, "table_2_idx": dict, "distractor_contents": list}
@@ -126,11 +127,20 @@ def image_path(folder: Path, pdf_id: str, content: str) -> Path:
     raise Reject("missing_image", f"{content} is neither at {folder / content} nor under {folder}/visual_resources*/{pdf_id}/")
 
 
+def meta_caption(record: dict, modality: str) -> str | None:
+    """The caption a locating record's meta_data gives its evidence image (img_caption for a
+    figure, itable_caption for a table); None when absent or not text."""
+    meta = record.get("meta_data")
+    caption = meta.get("img_caption" if modality == "figure" else "itable_caption") if isinstance(meta, dict) else None
+    return caption.strip() or None if isinstance(caption, str) else None
+
+
 def task_items(record: dict, folder: Path, seed: int, captions: dict[str, str], store: ImageStore) -> list[dict]:
     """The record's items in the order shown: evidence and distractors shuffled per question."""
     evidence, keys = record["evidence_contents"], record["evidence_keys"]
     if not evidence:
         raise Reject("bad_record", "no evidence")
+    single = len(evidence) == 1  # meta_data's caption is the one evidence image's (a locating question)
     entries = [(c, keys[i] if i < len(keys) else None, True) for i, c in enumerate(evidence)]
     entries += [(c, None, False) for c in record["distractor_contents"]]
     items = []
@@ -142,7 +152,7 @@ def task_items(record: dict, folder: Path, seed: int, captions: dict[str, str], 
         else:
             path = image_path(folder, record["pdf_id"], content)
             item["image_sha256"] = store.put(path.read_bytes(), path.suffix or ".jpg")
-            item["caption"] = captions.get(Path(content).stem)
+            item["caption"] = captions.get(Path(content).stem) or (meta_caption(record, modality) if is_evidence and single else None)
         items.append(item)
     labels = [i["label"] for i in items]
     if len(set(labels)) != len(labels):

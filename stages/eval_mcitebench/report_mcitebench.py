@@ -8,7 +8,9 @@ Tables 2, 3 and 4, and a plot of S-EM by evidence modality (mcitebench.txt §5.2
 - Coverage: per model, questions read, responses, failed generations, and the responses whose
   C-F1 or Acc is missing because a judge call failed, so no mean hides what it left out.
 Every figure is read from the score stage's summary (means over the responses where a metric is
-present); "–" marks a group with no question, "n/a" a group whose metric is missing everywhere.
+present), with its coverage beside it, "(k/n)": k responses scored under strict scoring (a failed
+judge call leaves one out) of the group's n, in every table and mode; "–" marks a group with no
+question, "n/a" a group where nothing was scored (never the number a scorer fills in for it).
 Beside them (stages/core/mcitebench_analyses.py): RQ2 (§5.3, Figure 5), S-EM by evidence-modality
 combination over multi-source explanation questions with exactly two gold items, as a table and
 `rq2_plot`; with `agreement` (validate_judge), the judge against human labels (App. C.3, Table
@@ -36,11 +38,11 @@ from pathlib import Path
 
 from stages.core.mcitebench_analyses import agreement_rows, ranking_agrees, rq2_rows, swap_rows
 from stages.core.plots import plt, save_png  # matplotlib without a display
-from stages.core.release import check_row_counts, load_parquet, md_table, portable_duckdb_file
+from stages.core.release import check_row_counts, covered, load_parquet, md_table, portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "3"
+VERSION = "4"  # 3: reference rules per metric (repeated citations); 4: coverage (k/n) beside every number, n/a when nothing was scored
 HEADLINE = [("citation_f1", "C-F1"), ("source_f1", "S-F1"), ("source_em", "S-EM"), ("accuracy", "Acc")]
 MODALITIES = [("figure", "Fig."), ("table", "Tab."), ("text", "Text"), ("mixed", "Mix")]
 TYPE_SOURCE = ["explanation/single", "explanation/multi", "locating/single", "locating/multi"]
@@ -54,7 +56,7 @@ SCORING_NOTE = {
     "reference": "Reference scoring (MCiteBench's public scorer): a response without citations is left out "
                  "of the citation and source means, a failed citation judge call scores 0, a failed or empty answer "
                  "rating counts as its -1 sentinel (-50 in the accuracy mean), and a citation repeated in a sentence is "
-                 "scored per occurrence; \"(k missing)\" counts the responses left out.",
+                 "scored per occurrence; \"(k left out)\" counts the responses left out.",
 }
 RULES = [  # (metric, strict, reference): which rule each mode follows
     ("C-R", "mean over cited sentences of the support judgement 0 / 0.5 / 1; a failed call makes it missing",
@@ -72,14 +74,17 @@ RULES = [  # (metric, strict, reference): which rule each mode follows
 ]
 
 
-def _cell(summary: dict, model: str, grouping: str, grp: str, metric: str) -> str:
+def _cell(summary: dict, model: str, grouping: str, grp: str, metric: str, strict: dict) -> str:
+    """A mean with its coverage (judged / responses), both from the strict summary (where a failed
+    judge call leaves a response out, so its n counts the responses judged) whatever the mode shown:
+    a reference-mode mean over failed judge calls scored 0 still reads n/a when nothing was judged."""
     row = summary.get((model, grouping, grp, metric))
     if row is None:
         return "–"
-    if row["value"] is None:
-        return "n/a"
-    missing = f" ({row['missing']} missing)" if row["missing"] else ""
-    return f"{row['value']:.2f}{missing}"
+    judged = strict.get((model, grouping, grp, metric)) or row
+    cell = covered(None if row["value"] is None else f"{row['value']:.2f}", judged["n"], judged["n"] + judged["missing"])
+    left_out = row["missing"] if judged is not row else 0  # reference: uncited responses left out of the mean
+    return cell + (f" ({left_out} left out)" if left_out else "")
 
 
 def settings_of(con, models: list[str]) -> dict[str, str]:
@@ -93,23 +98,24 @@ def settings_of(con, models: list[str]) -> dict[str, str]:
     return out
 
 
-def table2(summary: dict, models: list[str], setting: dict[str, str]) -> str:
+def table2(summary: dict, models: list[str], setting: dict[str, str], strict: dict) -> str:
     groups = [g for g in TYPE_SOURCE if any((m, "type_source", g, "source_em") in summary for m in models)]
     headers = ["Model", "Setting"] + [f"{g.replace('/', ' ').title()} {label}" for g in groups for _, label in HEADLINE]
-    rows = [[m, setting[m]] + [_cell(summary, m, "type_source", g, metric) for g in groups for metric, _ in HEADLINE] for m in models]
+    rows = [[m, setting[m]] + [_cell(summary, m, "type_source", g, metric, strict) for g in groups for metric, _ in HEADLINE] for m in models]
     return md_table(headers, rows)
 
 
-def table4(summary: dict, models: list[str], setting: dict[str, str]) -> str:
+def table4(summary: dict, models: list[str], setting: dict[str, str], strict: dict) -> str:
     headers = ["Model", "Setting"] + [f"{label} {mod}" for _, label in HEADLINE for _, mod in MODALITIES]
-    rows = [[m, setting[m]] + [_cell(summary, m, "modality", key, metric) for metric, _ in HEADLINE for key, _ in MODALITIES] for m in models]
+    rows = [[m, setting[m]] + [_cell(summary, m, "modality", key, metric, strict) for metric, _ in HEADLINE for key, _ in MODALITIES]
+            for m in models]
     return md_table(headers, rows)
 
 
-def overall(summary: dict, models: list[str], setting: dict[str, str]) -> str:
+def overall(summary: dict, models: list[str], setting: dict[str, str], strict: dict) -> str:
     metrics = [("citation_recall", "C-R"), ("citation_precision", "C-P"), ("citation_f1", "C-F1"), ("source_precision", "S-P"),
                ("source_recall", "S-R"), ("source_f1", "S-F1"), ("source_em", "S-EM"), ("accuracy", "Acc")]
-    rows = [[m, setting[m]] + [_cell(summary, m, "overall", "all", metric) for metric, _ in metrics] for m in models]
+    rows = [[m, setting[m]] + [_cell(summary, m, "overall", "all", metric, strict) for metric, _ in metrics] for m in models]
     return md_table(["Model", "Setting"] + [label for _, label in metrics], rows)
 
 
@@ -247,7 +253,8 @@ def run(ctx):
             f"# {ctx.params['title']}",
             "Scores on a 0-100 scale (Table 3: accuracy 0-1). C-F1 citation F1, S-F1 source F1, S-EM source exact match, "
             "Acc answer accuracy (mcitebench.txt §4). A failed judge call is missing, never 0: means are over the responses "
-            "where the metric is present, and \"(k missing)\" counts the rest.",
+            "where the metric is present. \"(k/n)\" beside every number: k responses scored (strict scoring, whatever the "
+            "table's mode) of the n in the group; \"n/a\" where none was, never a score.",
             "## Coverage", md_table(cov_headers, [list(r) for r in coverage]),
             "Truncated: responses the backend cut at the answer length budget (finish reason \"length\"); a truncated "
             "sentence may lose its citation, lowering source recall and accuracy.",
@@ -255,10 +262,10 @@ def run(ctx):
             "(Table 2); \"No Cap.\" rows are the Table 14 ablation; \"text-only\" models read captions or labels in place of images.",
             *[part for mode in modes for part in (
                 f"## Main results (cf. Table 2), {mode} scoring{'' if mode == headline else ' (for comparison)'}",
-                SCORING_NOTE[mode], table2(by_mode[mode], models, setting))],
+                SCORING_NOTE[mode], table2(by_mode[mode], models, setting, by_mode["strict"]))],
             "## Which rule each scoring mode follows", md_table(["Metric", "Strict", "Reference"], [list(r) for r in RULES]),
-            f"## All metrics, overall ({headline} scoring)", overall(summary, models, setting),
-            f"## Scores by evidence modality (cf. Table 4), {headline} scoring", table4(summary, models, setting),
+            f"## All metrics, overall ({headline} scoring)", overall(summary, models, setting, by_mode["strict"]),
+            f"## Scores by evidence modality (cf. Table 4), {headline} scoring", table4(summary, models, setting, by_mode["strict"]),
             "## Source identification, multiple choice (cf. Table 3)", table3(con, models),
             *(["## Citation judgements by how items were shown (judge calls made)", judge_modes(con, models)]
               if ctx.has_input("citation_judgements") else []),

@@ -7,7 +7,8 @@ decisions, plus the human-annotated test split.
   (`test`: sampled and fully annotated through the imported sheet; `train` otherwise);
 - `questions`: one per post of a released instance;
 - `facts`: the kept atomic facts of the released instances, minus the facts annotators judged
-  irrelevant (counted in reject_counts as stage `annotation`, reason `irrelevant`);
+  irrelevant (counted in reject_counts as stage `annotation`, reason `irrelevant`), each with its
+  instance's `split`;
 - `documents`: every document with at least one scored pair (doc_id, modality, source, url, text,
   image_sha256); an image document whose image the image stages dropped has no scored pair and is
   not released. Documents that entail nothing stay, with `entailed` false on all their pairs: the
@@ -21,6 +22,8 @@ decisions, plus the human-annotated test split.
   or WEBP re-encoded as JPEG so every path ends in .jpg; the name stays the stored sha256);
 - `reject_counts`: (stage, reason, rows) over every upstream stage's rejects sidecar (a shared stage
   run under a prefixed rule, e.g. fact_cache_images, counts under the rule's name);
+The card's configs load instances and facts as their splits (`test`, `train`) and the other tables
+as one split `full` (stages/core/dataset_card.py).
 `mavis.jsonl` (one record per instance: question, post body, image paths, gold answer, split and
 its facts, each with its positive (entailed) document ids) and a dataset card README.md whose
 numbers (Table 1 columns for all and for the test split, counts by domain and by reject reason)
@@ -49,7 +52,7 @@ from stages.core.review import read_sheet
 from stages.core.stage import Input, Output, Param, Stage, StageError
 from stages.core.tables import read_tables, table_schema
 
-VERSION = "3"
+VERSION = "4"  # 4: facts carry their instance's split; the card loads instances and facts by split
 
 FACT_DOCUMENTS = pa.schema([("fact_id", pa.string()), ("doc_id", pa.string()), ("rank", pa.int32()), ("query", pa.string()),
                             ("score", pa.float64()), ("entailed", pa.bool_()), ("label", pa.string())])
@@ -118,8 +121,8 @@ def card(name: str, version: str, tables: dict[str, pa.Table]) -> str:
             "comment a gold answer (one instance per answer). Instances a text-only model answers right without the "
             "image are dropped (Tables 7-8); answers are split into relevant, verifiable atomic facts (Tables 9-10); "
             "each fact retrieved web images and C4 passages with the fact as the query, and an entailment model kept "
-            "the documents that ground it (App. A.3, Table 2). The test split is the human-annotated sample (§3.2 "
-            "Step 3). Built by citeforge; query with `duckdb benchmark.duckdb`; `mavis.jsonl` holds one record per instance.",
+            "the documents that ground it (App. A.3, Table 2). The `test` split is the human-annotated sample (§3.2 "
+            "Step 3); every other instance is `train`, its ground truth the entailment model's decisions. Built by citeforge; query with `duckdb benchmark.duckdb`; `mavis.jsonl` holds one record per instance.",
             "## Statistics (MAVIS Table 1 columns)",
             "D_T/Q and D_I/Q count the distinct entailed text and image documents per question.",
             md_table(["split", "Q", "I", "A", "D_T/Q", "D_I/Q", "answer length (words)", "facts"], rows),
@@ -199,8 +202,8 @@ def run(ctx):
         questions = con.execute("select * from all_questions where id in (select post_id from instances) order by id").to_arrow_table()
         con.register("all_facts", ctx.read("facts"))
         con.register("irrelevant", pa.table({"fact_id": pa.array([f for f, _ in irrelevant], pa.string())}))
-        facts = con.execute("select * from all_facts where instance_id in (select id from instances) "
-                            "and fact_id not in (select fact_id from irrelevant) order by fact_id").to_arrow_table()
+        facts = con.execute("select f.*, i.split from all_facts f join instances i on i.id = f.instance_id "
+                            "where f.fact_id not in (select fact_id from irrelevant) order by f.fact_id").to_arrow_table()
         con.register("facts", facts)
         con.register("judged", ctx.read("judged"))
         con.register("human", pa.table({"fact_id": pa.array([h[0] for h in human], pa.string()),
@@ -255,7 +258,7 @@ def run(ctx):
         copy_images(folder, store, images)
         write_jsonl(folder, {**tables, "questions_images": questions_images})
 
-    publish_release(ctx, tables, make_card, extra)
+    publish_release(ctx, tables, make_card, extra, unsplit="full")  # instances and facts: test | train; the rest serves both
 
 
 STAGE = Stage(
