@@ -370,7 +370,7 @@ PAGE = """<!doctype html>
   {% if e.image %}<div class="crop"><a href="{{ url_for('image', sha=e.image) }}" target="_blank"><img src="{{ url_for('image', sha=e.image) }}" alt="{{ e.title }}"></a></div>{% endif %}
  </div>
  {% endfor %}
-{% else %}<p class="name">no evidence recorded for this item</p>
+{% else %}<p class="name" id="no-entries">{{ empty }}</p>
 {% endfor %}
 </div>
  <input type="hidden" name="decision" id="decision">
@@ -414,6 +414,9 @@ PROBLEM = """<!doctype html>
 
 HEADINGS = {"evidence": "Gold evidence", "distractor": "Distractors", "proposed": "Proposed by the parser",
             "chosen": "Typed in the decision", "document": "Shown documents"}
+EMPTY = {"quality_control": "no evidence recorded for this item",
+         "pairing": "the parser proposes no element for this reference (see problem): type element ids to pair them",
+         "annotation": "no document shown for this fact"}
 BADGES = {"evidence": "EVIDENCE", "distractor": "DISTRACTOR", "proposed": "PROPOSED", "chosen": "CHOSEN", "document": "DOCUMENT"}
 
 
@@ -496,6 +499,7 @@ def create_app(review: Review, allowed_hosts: tuple[str, ...] = LOCAL_HOSTS) -> 
         return render_template_string(PAGE, kind=review.kind, rows=rows, index=index, row=row, state=state(row), error=error,
                                       done=sum(1 for r in rows if state(r)), decisions=review.decisions, groups=list(groups.items()),
                                       question_images=review.question_images(row), headings=HEADINGS, badges=BADGES,
+                                      empty=EMPTY[review.kind.layout],
                                       csrf=csrf, style=STYLE, **_labels(review.kind))
 
     @app.get("/image/<sha>")
