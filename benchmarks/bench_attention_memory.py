@@ -1,4 +1,4 @@
-"""Peak memory of the attention capture (stages/core/attention.py) against output_attentions.
+"""Peak memory of the attention capture (stages/attribution/attention.py) against output_attentions.
 
     python benchmarks/bench_attention_memory.py [--source-sentences 40] [--new-tokens 32] [--model PATH] [--device cpu]
 
@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stages.core.attention import build_prompt, generate, load_runner  # noqa: E402
+from stages.attribution.attention import build_prompt, generate, load_runner  # noqa: E402
 
 TOPICS = ["knee", "cough", "rash", "fever", "headache", "back", "ankle", "eye"]
 

@@ -3,7 +3,7 @@
 # metrics -> one report (Table 2). Files carry "<model index>-<approach>" in the shard slot.
 EA = "eval_m2rag"
 if W.enabled(EA) and (W.get(f"{EA}.release") or W.enabled("m2rag")):
-    # null: this run's release; or a released folder, or M2RAG's published dev_set.jsonl (stages.core.m2rag_eval.read_dev_set)
+    # null: this run's release; or a released folder, or M2RAG's published dev_set.jsonl (stages.eval_m2rag.m2rag_eval.read_dev_set)
     _release = W.get(f"{EA}.release") or W.steps["release_m2rag"].output("manifest")
     _slots = [{"em": m["m"], "approach": a} for m in W.candidates(EA) for a in W.get(f"{EA}.approaches", [])]
     _per_slot = {"slot": "{em}-{approach}", "domain": _slots,

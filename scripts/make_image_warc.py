@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from stages.core.fetch import WarcRecorder  # noqa: E402
-from stages.core.reddit_records import image_urls  # noqa: E402
+from stages.mavis.reddit_records import image_urls  # noqa: E402
 from stages.mavis.harvest_pushshift import read_zstd_lines  # noqa: E402
 
 DUMPS = ["data/samples/reddit/RS_2023-01.zst", "data/samples/reddit/askscience_submissions.zst"]

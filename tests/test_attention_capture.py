@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from stages.attribution.generate_attributed import summarise
-from stages.core.attention import OTHER, AttentionPool, build_prompt, decoder_attention, generate, load_runner
-from stages.core.attribution import attribute
+from stages.attribution.attention import OTHER, AttentionPool, build_prompt, decoder_attention, generate, load_runner
+from stages.attribution.attribution import attribute
 
 SENTENCES = [
     "Patient: My left knee has hurt since I fell on Monday.",

@@ -8,8 +8,8 @@ import torch
 from PIL import Image
 
 from stages.attribution.generate_attributed import summarise
-from stages.core.attention import IMAGE, OTHER, build_prompt, decoder_attention, generate, load_runner
-from stages.core.attribution import IMG, attribute
+from stages.attribution.attention import IMAGE, OTHER, build_prompt, decoder_attention, generate, load_runner
+from stages.attribution.attribution import IMG, attribute
 from tiny_vlm import PATCHES, build_tiny_vlm
 
 

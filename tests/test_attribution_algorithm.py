@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from stages.attribution.attribute_embedding import choose
-from stages.core.attribution import (
+from stages.attribution.attribution import (
     IMG, attribute, image_sentence, parse_attribution, rouge, sentence_citations, sentence_scores, sentence_spans,
     split_source, text_f1, threshold_count, token_sentences, token_votes,
 )

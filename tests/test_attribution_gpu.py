@@ -15,8 +15,8 @@ from PIL import Image, ImageDraw
 
 from stages.attribution.attribution_inputs import parse_item
 from stages.attribution.generate_attributed import summarise
-from stages.core.attention import IMAGE, load_runner
-from stages.core.attribution import IMG, attribute
+from stages.attribution.attention import IMAGE, load_runner
+from stages.attribution.attribution import IMG, attribute
 
 MODEL = os.environ.get("CITEFORGE_ATTRIBUTION_VLM", "")
 pytestmark = [

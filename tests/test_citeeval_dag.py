@@ -15,7 +15,7 @@ import yaml
 from citeeval_judge import RuleJudge
 from conftest import demo_config
 from eval_fixtures import copy_repo_subset, make_release, reference_records, shrink
-from stages.core.citeeval import ACTIONS
+from stages.citeeval.citeeval import ACTIONS
 
 SAMPLES = [
     {"sample_idx": "f1", "query": "can use hkd in shenzhen?",

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import run_stage
 from stages.citeeval.citeeval_editdist import editdist, editdist_reference
-from stages.core.citeeval import ACTIONS, PUBLIC_COEFFICIENTS as C, likert_to_unit
+from stages.citeeval.citeeval import ACTIONS, PUBLIC_COEFFICIENTS as C, likert_to_unit
 from stages.core.tables import write_table
 
 

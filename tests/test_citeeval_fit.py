@@ -9,7 +9,7 @@ import random
 import pytest
 
 from conftest import run_stage
-from stages.core.citeeval import ACTIONS, PUBLIC_COEFFICIENTS as C, eq3
+from stages.citeeval.citeeval import ACTIONS, PUBLIC_COEFFICIENTS as C, eq3
 
 
 def synthetic(rows: int, seed: int, zero_rows: bool, noise: float) -> list[dict]:

@@ -10,7 +10,7 @@ import duckdb
 import pyarrow.parquet as pq
 
 from conftest import run_stage
-from stages.core.citeeval import PUBLIC_COEFFICIENTS as C
+from stages.citeeval.citeeval import PUBLIC_COEFFICIENTS as C
 from stages.core.tables import write_table
 
 ACTIONS = ("keep", "delete_misleading", "delete_substandard", "delete_redundant", "add_evidence", "add_refinement", "add_credibility")

@@ -11,7 +11,7 @@ import pytest
 from scipy.stats import kendalltau, pearsonr, spearmanr
 
 from conftest import run_stage
-from stages.core.citeeval import ACTIONS, PUBLIC_COEFFICIENTS as C
+from stages.citeeval.citeeval import ACTIONS, PUBLIC_COEFFICIENTS as C
 from stages.core.tables import write_table
 
 KEEP1 = C["keep"] + C["intercept"]  # a cited statement the judge left alone: Eq. 3 with one KEEP

@@ -23,7 +23,7 @@ from PIL import Image
 
 from stages.core.fetch import Fetcher, FetchError, FetchSettings
 from stages.core.llm import LLMClient, LLMError, LLMRequest
-from stages.core.mineru import parse_pdf
+from stages.mcitebench.mineru import parse_pdf
 from stages.core.retry import RetryPolicy
 from stages.core.search import SearchFailed, make_provider
 from stages.core.stage import Reject
@@ -315,7 +315,7 @@ def test_search_outage_stops_the_job_naming_the_provider(search_server, fault):
     assert time.monotonic() - started < worst_case(ATTEMPTS, DEADLINE, MAX_SLEEP)
 
 
-# -- the MinerU client (stages/core/mineru.py: POST /v1/file_parse of mineru-api) ------------------
+# -- the MinerU client (stages/mcitebench/mineru.py: POST /v1/file_parse of mineru-api) ------------------
 MINERU_SLACK = 0.6  # per try: the server's wait_timeout (0 here) plus this, for the whole answer
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from attribution_fixtures import make_items
 from conftest import run_stage
-from stages.core.attention import IMAGE
+from stages.attribution.attention import IMAGE
 from tiny_vlm import PATCHES, build_tiny_vlm
 
 

@@ -14,7 +14,7 @@ import yaml
 import zstandard
 
 from conftest import REPO, run_stage, demo_config
-from stages.core.reddit_records import PlainPost, plain_gallery_urls
+from stages.mavis.reddit_records import PlainPost, plain_gallery_urls
 from stages.mavis import harvest_pushshift
 from stages.mavis.harvest_pushshift import GALLERY_ITEM_REASONS, TruncatedFrame, image_urls, read_zstd_lines
 

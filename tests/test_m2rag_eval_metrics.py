@@ -1,4 +1,4 @@
-"""Hand-computed cases for the M2RAG evaluation arithmetic (stages/core/m2rag_eval.py): score
+"""Hand-computed cases for the M2RAG evaluation arithmetic (stages/eval_m2rag/m2rag_eval.py): score
 normalisation (clamped as the public evaluator), RAGAS context precision and faithfulness, image
 recall both ways, placeholders, answers without images, failed judge calls (never a score), the
 strict and reference-compatible aggregations, evaluate.py's average lines, Figure 3's per-topic
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from m2rag_eval_fixtures import make_m2rag_release
-from stages.core.m2rag_eval import (Selection, aggregate, by_topic, context_precision, document_with_captions, faithfulness,
+from stages.eval_m2rag.m2rag_eval import (Selection, aggregate, by_topic, context_precision, document_with_captions, faithfulness,
                                     image_contexts, image_recall_count, image_recall_judge, normalise, read_release, reference_score,
                                     resolve_placeholders, response_scores, select_inputs, strip_placeholders)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stages.core.mavis_eval import (harmonic, label_score, mauve_dropped, mauve_text, parse_citations, plain_text, reference_answer,
+from stages.eval_mavis.mavis_eval import (harmonic, label_score, mauve_dropped, mauve_text, parse_citations, plain_text, reference_answer,
                                     reference_citations, reference_scores, reference_statements, reference_used, remove_thinking,
                                     response_scores, split_sentences)
 from stages.eval_mavis.mavis_generate_queries import parse_queries

@@ -24,7 +24,7 @@ from werkzeug import Request, Response
 from stages.core.fetch import Fetcher, FetchSettings
 from stages.core.ids import sha256_hex
 from stages.core.images import ImageStore
-from stages.core.mineru import wait_ready
+from stages.mcitebench.mineru import wait_ready
 from stages.core.tables import write_table
 from tests.conftest import REPO, run_stage
 

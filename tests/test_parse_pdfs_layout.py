@@ -1,11 +1,11 @@
-"""The pure layout rules over MinerU's middle_json (stages/core/pdf_layout.py: labels, sections,
+"""The pure layout rules over MinerU's middle_json (stages/mcitebench/pdf_layout.py: labels, sections,
 appendix, the block type allow-list) on hand-written blocks: no MinerU needed."""
 from __future__ import annotations
 
 import collections
 
 from stages.core.images import ImageStore
-from stages.core.pdf_layout import build_elements, caption_label
+from stages.mcitebench.pdf_layout import build_elements, caption_label
 
 
 # --- MinerU's middle_json post-processing on hand-written blocks ----------------------------------

@@ -5,13 +5,13 @@ Per generated token: the majority vote over the sentence ids of its top-k attend
 Per summary sentence j with tokens T_j: every source sentence voted for by at least ceil(τ·|T_j|)
 of them. img_raw: each token's attention summed over the image tokens, averaged over the sentence;
 the image is cited by the sentence with the highest average (sum, not the algorithm's mean over
-image tokens: the same sentence wins either way; stages/core/attribution.py says why and how ties
+image tokens: the same sentence wins either way; stages/attribution/attribution.py says why and how ties
 and empty sentences go). img_cap: a vote for the caption's unit is a citation of IMG.
 Seed defaults: k=3, τ=0.16 (Qwen2.5-VL-7B); k=5, τ=0.12 (LLaVA-NeXT-7B).
 
 Beside it, as a reported alternative, the "max" ablation of §5.2.1 (Table 4): each token goes to
 the sentence of its single most attended text token, the same τ after (method `attention_max`;
-stages/core/attribution.py). score_attribution scores it like any method.
+stages/attribution/attribution.py). score_attribution scores it like any method.
 
 Input: generations (attr_generations). Output: citations (attr_citations, methods attention and
 attention_max), one row per summary sentence and method; the generations are the counted items.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stages.core.attribution import attribute, every_generation
+from stages.attribution.attribution import attribute, every_generation
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "2"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stages.core.attribution import IMG, every_generation, order_units
+from stages.attribution.attribution import IMG, every_generation, order_units
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.text_index import load_encoder
 

@@ -13,7 +13,7 @@ sentence, or an unknown id, after the client's retries; the raw answer is the de
 """
 from __future__ import annotations
 
-from stages.core.attribution import IMG, cite_variables, every_generation, parse_attribution
+from stages.attribution.attribution import IMG, cite_variables, every_generation, parse_attribution
 from stages.core.llm import LLMClient, LLMRequest
 from stages.core.stage import Input, Output, Param, Reject, Stage
 

@@ -52,7 +52,7 @@ IMPRESSION, the FINDINGS -> IMPRESSION task of §4.1. The seed's MIMIC-CXR set i
 `mimic_images` true attaches the study's first image (by file name) after the findings, and a
 study without one is rejected image_missing.
 
-Source sentences are split after . ! ? and at line breaks (stages/core/attribution.py), for the
+Source sentences are split after . ! ? and at line breaks (stages/attribution/attribution.py), for the
 filter's counts as for the attribution.
 
 Inputs: jsonl, cliconsummation, mimic_cxr (each optional; at least one). Output: source_items
@@ -71,7 +71,7 @@ import json
 import re
 from pathlib import Path
 
-from stages.core.attribution import IMG, split_source
+from stages.attribution.attribution import IMG, split_source
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "2"

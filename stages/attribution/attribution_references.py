@@ -13,7 +13,7 @@ entry for a summary sentence, or an unknown id, after retries; the raw answer is
 """
 from __future__ import annotations
 
-from stages.core.attribution import IMG, cite_variables, normalise, order_units, parse_attribution
+from stages.attribution.attribution import IMG, cite_variables, normalise, order_units, parse_attribution
 from stages.core.llm import LLMClient, LLMRequest
 from stages.core.stage import Input, Output, Param, Reject, Stage
 

@@ -2,7 +2,7 @@
 Algorithm 1 "Prompting and generation", "Chunking and alignment", "Generated token to source").
 
 Per item and mode the summariser (a `transformers` model with eager attention,
-stages/core/attention.py) writes a summary greedily from prompts/attribution_summarize.md; hooks
+stages/attribution/attention.py) writes a summary greedily from prompts/attribution_summarize.md; hooks
 pool every generated token's attention over layers and heads into a vector over the source tokens
 only, never holding layers x heads x sequence^2. The source sentences (and in img_raw the image-token
 block) are mapped to token spans; the summary is split into sentences and each generated token is
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import time
 
-from stages.core.attention import build_prompt, generate, load_runner
-from stages.core.attribution import IMG, sentence_spans, split_sentences, token_sentences
+from stages.attribution.attention import build_prompt, generate, load_runner
+from stages.attribution.attribution import IMG, sentence_spans, split_sentences, token_sentences
 from stages.core.prompts import PROMPTS_DIR, load_prompt
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 

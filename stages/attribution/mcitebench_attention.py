@@ -1,6 +1,6 @@
 """MCiteBench's attention analyses (mcitebench.txt §5.3): RQ2 Figure 6 (attention by evidence
 modality, per layer) and RQ3 Figure 7 (what the model looks at when it writes the source of a
-citation), with the attention capture of the attribution stages (stages/core/attention.py).
+citation), with the attention capture of the attribution stages (stages/attribution/attention.py).
 
 For each response of an MCiteBench evaluation (eval_responses: the items as shown, the question)
 the task prompt is rebuilt (prompts/mcitebench_attention.md with the task's system message) with
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stages.core.attention import attend_last, build_prompt, generate, load_runner
+from stages.attribution.attention import attend_last, build_prompt, generate, load_runner
 from stages.core.prompts import PROMPTS_DIR, load_prompt
 from stages.core.stage import Input, Output, Param, Reject, Stage
 from stages.core.tables import atomic_write_bytes

@@ -3,7 +3,7 @@
 Per summary sentence with a reference, the predicted sources of each method (attention, embedding,
 self) against the reference: text F1 and exact match of the sentence-id sets, image accuracy
 (whether IMG is cited agrees with the reference) and joint exact match (sentence ids and IMG) on
-generations with the image as evidence (stages/core/attribution.py: the definitions where the
+generations with the image as evidence (stages/attribution/attribution.py: the definitions where the
 seed is silent). Macro F1 is the mean of the per-sentence F1 over all scored sentences of a
 (model, mode, method); EM, image accuracy and joint EM likewise, in percent. The methods are those
 of the citations files: attention (majority voting), attention_max (Table 4's "max" ablation),
@@ -30,7 +30,7 @@ import collections
 from pathlib import Path
 from statistics import mean
 
-from stages.core.attribution import bertscore_f1, rouge, sentence_scores
+from stages.attribution.attribution import bertscore_f1, rouge, sentence_scores
 from stages.core.release import covered
 from stages.core.stage import Input, Output, Param, Stage, StageError
 from stages.core.tables import atomic_write_bytes

@@ -35,7 +35,7 @@ from __future__ import annotations
 import collections
 import re
 
-from stages.core.citeeval import has_text
+from stages.citeeval.citeeval import has_text
 from stages.core.llm import LLMClient, LLMRequest
 from stages.core.stage import Input, Output, Param, Reject, Stage
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 
-from stages.core.citeeval import ACTIONS, ADD_REASONS, DELETE_REASONS, PUBLIC_COEFFICIENTS, eq3
+from stages.citeeval.citeeval import ACTIONS, ADD_REASONS, DELETE_REASONS, PUBLIC_COEFFICIENTS, eq3
 from stages.core.stage import Input, Output, Param, Stage, StageError
 
 VERSION = "2"

@@ -24,7 +24,7 @@ import json
 
 import numpy as np
 
-from stages.core.citeeval import ACTIONS, likert_to_unit
+from stages.citeeval.citeeval import ACTIONS, likert_to_unit
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 

@@ -23,7 +23,7 @@ Invariant: responses in = rows out + rejected.
 """
 from __future__ import annotations
 
-from stages.core.citeeval import split_lists
+from stages.citeeval.citeeval import split_lists
 from stages.core.stage import Input, Output, Reject, Stage
 
 VERSION = "1"

@@ -20,7 +20,7 @@ Rejects: no_items (a response without shown items).
 """
 from __future__ import annotations
 
-from stages.core.citeeval import CITATION, split_lists
+from stages.citeeval.citeeval import CITATION, split_lists
 from stages.core.refs import figure_table_refs
 from stages.core.stage import Input, Output, Reject, Stage
 

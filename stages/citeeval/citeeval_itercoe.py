@@ -34,7 +34,7 @@ from __future__ import annotations
 import collections
 import re
 
-from stages.core.citeeval import has_text, likert_to_unit
+from stages.citeeval.citeeval import has_text, likert_to_unit
 from stages.core.llm import LLMClient, LLMRequest
 from stages.core.stage import Input, Output, Param, Reject, Stage
 

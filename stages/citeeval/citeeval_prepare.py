@@ -53,7 +53,7 @@ import json
 import re
 
 
-from stages.core.citeeval import CITATION
+from stages.citeeval.citeeval import CITATION
 from stages.core.ids import content_id
 from stages.core.sentences import line_sentences
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError

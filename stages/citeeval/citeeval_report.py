@@ -28,7 +28,7 @@ import json
 from pathlib import Path
 
 
-from stages.core.citeeval import STATUSES
+from stages.citeeval.citeeval import STATUSES
 from stages.core.release import check_row_counts, covered, load_parquet, md_table, portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import atomic_write_bytes

@@ -72,7 +72,7 @@ from statistics import mean
 
 from scipy.stats import kendalltau, pearsonr, spearmanr
 
-from stages.core.citeeval import STATUSES, likert_to_unit
+from stages.citeeval.citeeval import STATUSES, likert_to_unit
 from stages.core.stage import Input, Output, Stage, StageError
 
 VERSION = "2"

@@ -1,6 +1,6 @@
 """Answer M2RAG queries with a multi-modal response, one approach per job (m2rag.txt §3, §5, App. E).
 
-Input (App. E, `stages.core.m2rag_eval.select_inputs`): per query the top `text_per_page` text
+Input (App. E, `stages.eval_m2rag.m2rag_eval.select_inputs`): per query the top `text_per_page` text
 pieces of each page by score (seed 20) scored at least `min_text_score`, and at most `max_images`
 images (seed 10): the best `max_page_images` page images and `max_aux_images` auxiliary images
 (seed 5 each) scored at least `min_image_score` (the seed's code: 3). Images are numbered and
@@ -26,7 +26,7 @@ output images its placeholders resolve to, the placeholders that point to no inp
 query's topic (the category it was sampled for, else its first one: Figure 3's per-topic scores).
 
 Inputs: release (release manifest JSON or release folder, or M2RAG's published benchmark: its
-`dev_set.jsonl`, images under `images/` beside it or beside its folder, `stages.core.m2rag_eval.read_dev_set`).
+`dev_set.jsonl`, images under `images/` beside it or beside its folder, `stages.eval_m2rag.m2rag_eval.read_dev_set`).
 Outputs: responses (m2rag_responses).
 Rejects: no_pages (a query without any selected text or image), invalid_answer (a call failed after
 the client's retries; the step, reason and raw text in the detail), bad_record (a published record
@@ -44,7 +44,7 @@ from stages.core.ids import content_id
 from stages.core.images import DECODED_FORMATS, ImageStore
 from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.llm.openai import IMAGE_SLOT
-from stages.core.m2rag_eval import Selection, image_file, placeholder, read_release, release_folder, resolve_placeholders, select_inputs
+from stages.eval_m2rag.m2rag_eval import Selection, image_file, placeholder, read_release, release_folder, resolve_placeholders, select_inputs
 from stages.core.stage import Input, Output, Param, Reject, Stage, log
 
 VERSION = "2"

@@ -7,7 +7,7 @@ Per response:
   GPT-4o-mini). The `ragas` package (0.4.3) is not used: it needs LangChain, langchain-openai,
   instructor and the openai SDK and calls models through its own wrappers, not this project's
   client (cache, schema checks, the offline embedded model), so its two definitions are
-  implemented here on the model layer (stages.core.m2rag_eval holds the arithmetic, checked
+  implemented here on the model layer (stages.eval_m2rag.m2rag_eval holds the arithmetic, checked
   against ragas 0.4.3's `_calculate_average_precision` and faithfulness `_compute_score`). Contexts are
   the pages' selected text (one context per page, rank order) and then the captions of the
   answer's images. Context precision: one verdict call per context; faithfulness: one call
@@ -25,7 +25,7 @@ Every planned judgement is a row; a failed call (invalid after the retries, or a
 is a row with status `failed`, no score, the raw text and the client's `error` ("backend: ..." when
 no answer came, "schema: ..." when the judge's JSON was off its scale), and also a reject
 (`invalid_answer`, reason and raw text): strict counts it as missing, never as 0; the reference
-mode reads a score only from a judge's JSON answer (stages.core.m2rag_eval.reference_score).
+mode reads a score only from a judge's JSON answer (stages.eval_m2rag.m2rag_eval.reference_score).
 
 Inputs: responses (m2rag_responses).
 Outputs: judgements (m2rag_judgements).
@@ -37,7 +37,7 @@ from __future__ import annotations
 from stages.core.ids import content_id
 from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.llm.openai import IMAGE_SLOT
-from stages.core.m2rag_eval import document_with_captions, image_contexts, strip_placeholders
+from stages.eval_m2rag.m2rag_eval import document_with_captions, image_contexts, strip_placeholders
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "2"

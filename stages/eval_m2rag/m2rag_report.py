@@ -1,7 +1,7 @@
 """The M2RAG evaluation report: every (model, approach) scored with the eight metrics of m2rag.txt
 §6 and laid out like its Table 2, plus token use (cf. Table 3), in markdown and a DuckDB file.
 
-Scores (stages.core.m2rag_eval.response_scores, aggregate): every judge score normalised to 0-1.
+Scores (stages.eval_m2rag.m2rag_eval.response_scores, aggregate): every judge score normalised to 0-1.
 Text metrics (fluency, relevance, context precision, faithfulness) and image recall are means over
 queries; image coherence, helpfulness and reference are means over all output images. Two
 aggregations, labelled:
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 
-from stages.core.m2rag_eval import IMAGE_METRICS, METRICS, aggregate, by_topic, response_scores
+from stages.eval_m2rag.m2rag_eval import IMAGE_METRICS, METRICS, aggregate, by_topic, response_scores
 from stages.core.release import check_row_counts, covered, load_parquet, md_table, portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import atomic_write_bytes

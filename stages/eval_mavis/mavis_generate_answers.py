@@ -18,7 +18,7 @@ A failed generation is a response, not a reject: the answer call failed (invalid
 the retries, a backend error) or, for +KE, a Table 18 call failed for one of its documents. Its
 `error` says why, `answer` is empty and `raw` keeps what came back; the scores count it as the
 paper would (strict: an empty answer, 0 everywhere; reference: the public code's "Error" answer,
-see stages.core.mavis_eval.reference_scores). Each response also records how many of the
+see stages.eval_mavis.mavis_eval.reference_scores). Each response also records how many of the
 instance's gold documents (entailed in `fact_documents`) are text and image: the public MAUVE
 keeps instances with both.
 
@@ -34,7 +34,7 @@ import collections
 from stages.core.ids import content_id
 from stages.core.images import ImageStore
 from stages.core.llm import LLMClient, LLMRequest, sees_images
-from stages.core.mavis_eval import METHODS, load_release, model_image, positives, question_images, release_folder, remove_thinking
+from stages.eval_mavis.mavis_eval import METHODS, load_release, model_image, positives, question_images, release_folder, remove_thinking
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "2"

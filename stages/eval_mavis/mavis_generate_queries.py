@@ -15,7 +15,7 @@ report keep the splits apart. `limit` keeps the first N instances by id of each 
 Instances of splits not asked are not read (counted in `not_asked`); a release without a `split`
 column stops the stage.
 
-Inputs: release (a MAVIS release manifest, folder or benchmark.duckdb; see stages/core/mavis_eval.py).
+Inputs: release (a MAVIS release manifest, folder or benchmark.duckdb; see stages/eval_mavis/mavis_eval.py).
 Outputs: queries (mavis_eval_queries), one row per (instance, query).
 Rejects (per instance): invalid_answer (the model call failed; raw kept), no_queries (nothing
 parsed from the answer), missing_image (a question image file absent from the release).
@@ -29,7 +29,7 @@ import re
 from stages.core.ids import content_id
 from stages.core.images import ImageStore
 from stages.core.llm import LLMClient, LLMRequest, sees_images
-from stages.core.mavis_eval import load_release, model_image, question_images, release_folder
+from stages.eval_mavis.mavis_eval import load_release, model_image, question_images, release_folder
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "2"

@@ -5,7 +5,7 @@ once as the paper describes it (strict) and once as MAVIS's public scripts do it
 strict (rows with scoring "strict"; sentences with statement_set "strict"):
 - Sentences (§4.2 "pair each sentence with its cited documents"): blingfire sentences of the scored
   answer (<thinking> already removed); a sentence made only of markers joins the one before;
-  citations "[k]" parsed by stages.core.mavis_eval.parse_citations (numbers outside 1..n kept apart
+  citations "[k]" parsed by stages.eval_mavis.mavis_eval.parse_citations (numbers outside 1..n kept apart
   as `unknown`, duplicates once, every number as written in `written`). Judges read the sentence
   without its markers (`statement`).
 - Completeness (Table 13): one call per gold fact of the instance, with the whole answer (markers removed).
@@ -15,7 +15,7 @@ strict (rows with scoring "strict"; sentences with statement_set "strict"):
   same call once.
 reference (rows with scoring "reference"), on `reference_answer` (the raw output after its last
 "</thinking>" and "answer is:"):
-- statements as the public code extracts them (stages.core.mavis_eval.reference_statements):
+- statements as the public code extracts them (stages.eval_mavis.mavis_eval.reference_statements):
   statement_set "reference_grounding" (groundedness.py) and "reference_relevance" (relevance.py);
   citations as groundedness.py reads them (`reference_citations`: duplicates kept, numbers past
   n dropped, " 0" the last document), kept in `cited` with duplicates;
@@ -43,7 +43,7 @@ from __future__ import annotations
 from stages.core.ids import content_id
 from stages.core.images import ImageStore
 from stages.core.llm import LLMClient, LLMRequest, sees_images
-from stages.core.mavis_eval import (label_score, load_release, model_image, parse_citations, question_images, reference_answer,
+from stages.eval_mavis.mavis_eval import (label_score, load_release, model_image, parse_citations, question_images, reference_answer,
                                     reference_citations, reference_statements, release_folder, split_sentences, strip_citations)
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 

@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from stages.core.mavis_eval import load_release, positives, release_folder
+from stages.eval_mavis.mavis_eval import load_release, positives, release_folder
 from stages.core.mavis_retrievers import RETRIEVERS, top_k
 from stages.core.stage import Input, Output, Param, Reject, Stage
 

@@ -23,7 +23,7 @@ import collections
 import numpy as np
 
 from stages.core.ids import content_id
-from stages.core.mavis_eval import SETTINGS, load_release, release_folder
+from stages.eval_mavis.mavis_eval import SETTINGS, load_release, release_folder
 from stages.core.mavis_retrievers import RETRIEVERS, top_k
 from stages.core.stage import Input, Output, Param, Stage
 

@@ -4,10 +4,10 @@ Per answer, in two scorings: completeness (Table 13 labels over the gold facts),
 14), groundedness recall and precision (Table 12), and the F1 of each pair computed per answer as
 the harmonic mean and then averaged (the paper's "F1-score" columns; it does not say whether it
 averages per answer or takes the F1 of the means: we average per answer).
-- strict: the paper's formulas on the strict sentences (stages.core.mavis_eval.response_scores):
+- strict: the paper's formulas on the strict sentences (stages.eval_mavis.mavis_eval.response_scores):
   failed judge calls missing; a failed or empty generation scores 0 everywhere.
 - reference: MAVIS's public scripts' computation on their statements
-  (stages.core.mavis_eval.reference_scores): failed judge calls 0; an answer the scripts leave
+  (stages.eval_mavis.mavis_eval.reference_scores): failed judge calls 0; an answer the scripts leave
   out of a mean is left out here too (None, counted in `missing`, the note says why): relevance
   drops answers containing "Error" (a failed generation is the public client's "Error"),
   groundedness keeps gold answers over 500 characters.
@@ -42,7 +42,7 @@ import os
 
 import numpy as np
 
-from stages.core.mavis_eval import (GOLD_MIN_CHARS, SCORINGS, mauve_dropped, mauve_text, plain_text, reference_answer, reference_scores,
+from stages.eval_mavis.mavis_eval import (GOLD_MIN_CHARS, SCORINGS, mauve_dropped, mauve_text, plain_text, reference_answer, reference_scores,
                                     reference_used, response_scores)
 from stages.core.stage import Input, Output, Param, Stage
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import collections
 import math
 
-from stages.core.mavis_eval import label_score, load_release, release_folder
+from stages.eval_mavis.mavis_eval import label_score, load_release, release_folder
 from stages.core.review import read_sheet, write_sheet
 from stages.core.stage import Input, Output, Reject, Stage
 

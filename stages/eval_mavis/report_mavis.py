@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from stages.core.mavis_eval import METHODS, SETTINGS
+from stages.eval_mavis.mavis_eval import METHODS, SETTINGS
 from stages.core.plots import grouped_bars
 from stages.core.release import check_row_counts, covered, load_parquet, md_table, portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Stage

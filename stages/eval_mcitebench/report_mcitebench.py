@@ -11,7 +11,7 @@ Every figure is read from the score stage's summary (means over the responses wh
 present), with its coverage beside it, "(k/n)": k responses scored under strict scoring (a failed
 judge call leaves one out) of the group's n, in every table and mode; "–" marks a group with no
 question, "n/a" a group where nothing was scored (never the number a scorer fills in for it).
-Beside them (stages/core/mcitebench_analyses.py): RQ2 (§5.3, Figure 5), S-EM by evidence-modality
+Beside them (stages/eval_mcitebench/mcitebench_analyses.py): RQ2 (§5.3, Figure 5), S-EM by evidence-modality
 combination over multi-source explanation questions with exactly two gold items, as a table and
 `rq2_plot`; with `agreement` (validate_judge), the judge against human labels (App. C.3, Table
 12); with `swap_summary` (the summaries under a second judge, `judges` naming both), each model's
@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from stages.core.mcitebench_analyses import agreement_rows, ranking_agrees, rq2_rows, swap_rows
+from stages.eval_mcitebench.mcitebench_analyses import agreement_rows, ranking_agrees, rq2_rows, swap_rows
 from stages.core.plots import plt, save_png  # matplotlib without a display
 from stages.core.release import check_row_counts, covered, load_parquet, md_table, portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Stage, StageError

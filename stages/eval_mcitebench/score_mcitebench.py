@@ -29,7 +29,7 @@ Choices where the seed is silent (and where the reference scorer drops samples):
   counts failed judge calls. S-F1 / S-EM never depend on a judge.
 
 Scoring modes: the above is the `strict` mode. `scoring: reference` reproduces the aggregation of
-MCiteBench's public scorer (stages/core/mcitebench_metrics.py: a response without citations is
+MCiteBench's public scorer (stages/eval_mcitebench/mcitebench_metrics.py: a response without citations is
 left out of the citation and source means, a failed judge call scores 0, a failed or empty answer
 rating is its -1 sentinel). The summary always holds both modes (column `scoring`), so the report
 prints both; `scoring` chooses the mode of the per-response scores table and the report's headline.
@@ -47,7 +47,7 @@ from __future__ import annotations
 import collections
 from statistics import mean
 
-from stages.core.mcitebench_metrics import SUPPORT_CREDIT, harmonic, reference_scores, source_scores
+from stages.eval_mcitebench.mcitebench_metrics import SUPPORT_CREDIT, harmonic, reference_scores, source_scores
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "3"

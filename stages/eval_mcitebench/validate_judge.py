@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import collections
 
-from stages.core.mcitebench_metrics import harmonic
+from stages.eval_mcitebench.mcitebench_metrics import harmonic
 from stages.core.review import read_sheet, write_sheet
 from stages.core.stage import Input, Output, Reject, Stage
 

@@ -26,7 +26,7 @@ Invariant: image pairs in = scores + rejected.
 """
 from __future__ import annotations
 
-from stages.core.entailment import pair_id, pairs_of, score
+from stages.mavis.entailment import pair_id, pairs_of, score
 from stages.core.llm import LLMRequest, sees_images
 from stages.core.stage import Input, Output, Param, Reject, Stage
 

@@ -17,7 +17,7 @@ Invariant: text pairs in = scores + rejected.
 """
 from __future__ import annotations
 
-from stages.core.entailment import pairs_of, score
+from stages.mavis.entailment import pairs_of, score
 from stages.core.llm import LLMRequest
 from stages.core.stage import Input, Output, Param, Stage
 

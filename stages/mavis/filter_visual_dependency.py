@@ -30,7 +30,7 @@ from concurrent.futures import as_completed
 from tqdm import tqdm
 
 from stages.core.llm import LLMClient, LLMRequest, sees_images
-from stages.core.post_images import first_image_by_owner
+from stages.mavis.post_images import first_image_by_owner
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "1"

@@ -18,7 +18,7 @@ under a kept post (`link_id` = `t3_<post id>`).
 Every record is checked at the boundary, field by field: a comment in full before its rules, a
 post once its id and subreddit pass (a duplicate or out-of-scope post is not checked further,
 which keeps monthly dumps, mostly other subreddits, cheap; see Speed). The checks live in
-stages/core/reddit_records.py, shared with the live API harvest (harvest_reddit_live). Types accepted:
+stages/mavis/reddit_records.py, shared with the live API harvest (harvest_reddit_live). Types accepted:
 - `id`, `subreddit`, `link_id`: a non-empty string (absent or empty: missing_field);
 - `title`, `selftext`, `url`, `permalink`, `body`, `parent_id`, `author`, gallery keys: a string or null;
 - `created_utc`, `score`, `num_comments`: an int64, or null (read as 0). Two coercions are safe
@@ -100,7 +100,7 @@ from tqdm import tqdm
 
 from stages.core.forked import ForkedGenerator
 from stages.core.ids import shard_of
-from stages.core.reddit_records import (PlainComment, PlainPost, bad_field, comment_fields, direct_image, image_urls, plain_gallery_urls,
+from stages.mavis.reddit_records import (PlainComment, PlainPost, bad_field, comment_fields, direct_image, image_urls, plain_gallery_urls,
                                         post_fields, record_id)
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import table_schema

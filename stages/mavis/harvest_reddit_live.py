@@ -8,7 +8,7 @@ post back until a post older than `start`; posts created in [`start`, `end`) are
 than `start` is logged and named in the report (`stats.incomplete_window`), its window may be
 incomplete.
 
-Each post is checked by the same rules as the pushshift harvest (stages/core/reddit_records.py):
+Each post is checked by the same rules as the pushshift harvest (stages/mavis/reddit_records.py):
 the same columns, the same reject reasons. Galleries keep `gallery_data` order with their
 `media_metadata` urls; an item whose status is `failed`, or that has no metadata, is left out of
 the gallery and recorded as a reject of its own (id `reddit:<post id>:<media id>`, reasons
@@ -70,7 +70,7 @@ from requests.structures import CaseInsensitiveDict
 
 from stages.core.fetch import FetchError, WarcRecorder, load_archive
 from stages.core.ids import shard_of
-from stages.core.reddit_records import comment_fields, image_urls, int_field, post_fields, record_id
+from stages.mavis.reddit_records import comment_fields, image_urls, int_field, post_fields, record_id
 from stages.core.retry import RetriesExhausted, RetryPolicy, with_retries
 from stages.core.schema_check import answer_problem
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
@@ -98,7 +98,7 @@ class BadAnswer(Exception):
 # things {kind, data}; a post's or comment's subreddit a string (praw builds a Subreddit of it); a
 # comment's id a string and its replies "" or a Listing; a "more comments" stub's ids strings. The
 # records' other fields (title, created_utc...) are the harvest's rules' business
-# (stages/core/reddit_records.py): they reject a post or comment, not the answer.
+# (stages/mavis/reddit_records.py): they reject a post or comment, not the answer.
 _STR = {"type": "string"}
 _THING = {
     "type": "object", "required": ["kind", "data"], "properties": {"kind": _STR, "data": {"type": "object"}},

@@ -4,10 +4,10 @@ Seed: mcitebench.txt §3.2 (papers parsed with MinerU into text paragraphs, imag
 candidate evidence) and §3.4 (references such as "Table 3", "Section 4.2" or "Section 4.3, Line 39"
 are resolved against the parsed paper, so elements carry labels, section numbers and line numbers).
 
-MinerU runs as its own parsing API (stages/core/mineru.py): `mineru-api` started on 127.0.0.1 with
+MinerU runs as its own parsing API (stages/mcitebench/mineru.py): `mineru-api` started on 127.0.0.1 with
 the configured tier for the run and always stopped, or a running one at `server_url` (e.g. a GPU
 machine serving the model tiers). Each PDF goes to it once; its middle_json becomes elements by the
-layout rules of stages/core/pdf_layout.py (margin line numbers, run-in headings, captions moved to
+layout rules of stages/mcitebench/pdf_layout.py (margin line numbers, run-in headings, captions moved to
 the right block, labels, section paths, main body vs appendix), and the figure and table crops go
 to the image store.
 
@@ -26,8 +26,8 @@ from __future__ import annotations
 from tqdm import tqdm
 
 from stages.core.images import ImageStore, pdf_path
-from stages.core.mineru import check_pdf, mineru_service, parse_pdf
-from stages.core.pdf_layout import build_elements
+from stages.mcitebench.mineru import check_pdf, mineru_service, parse_pdf
+from stages.mcitebench.pdf_layout import build_elements
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "1"

@@ -3,7 +3,7 @@
 shared by the attribution stages.
 
 Evidence units are named by strings: a source sentence by its index ("0", "1", ...), the image by
-"IMG". A generation's `units` list names the unit behind each source label (stages/core/attention.py
+"IMG". A generation's `units` list names the unit behind each source label (stages/attribution/attention.py
 labels every source token with an index into `units`, or IMAGE for the image-token block).
 
 Token-to-sentence rule (`aggregation`): "majority" (Algorithm 1, the method) takes the majority

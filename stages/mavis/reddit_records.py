@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from .stage import Reject
+from stages.core.stage import Reject
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")

@@ -29,8 +29,8 @@ from typing import Iterator
 import pypdfium2
 import requests
 
-from .retry import RetriesExhausted, RetryPolicy, read_body, with_retries
-from .stage import Reject, StageError
+from stages.core.retry import RetriesExhausted, RetryPolicy, read_body, with_retries
+from stages.core.stage import Reject, StageError
 
 
 @contextmanager

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from .errors import StageError
-from .sentences import answer_sentences, line_sentences
-from .stage import Reject
+from stages.core.errors import StageError
+from stages.core.sentences import answer_sentences, line_sentences
+from stages.core.stage import Reject
 
 RELEASE_TABLES = ("instances", "facts", "documents", "fact_documents", "images")
 SETTINGS = ("text", "image", "multi")  # Text-RAG, Image-RAG, Multi-RAG (§5.2)

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import pyarrow.parquet as pq
 
-from .errors import StageError
+from stages.core.errors import StageError
 
 PLACEHOLDER = re.compile(r"!\[([^\]\n]*)\]\(\s*([^)\s]*)\s*\)")
 PSEUDO_URL = re.compile(r"^image_(\d+)$")
