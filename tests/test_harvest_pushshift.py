@@ -244,8 +244,10 @@ def test_unknown_dump_name_is_a_clear_error(tmp_path):
 def test_demo_tables_match_the_row_by_row_harvest(tmp_path):
     """The bundled sample gives the same rows, in the same order, and the same rejects as the
     row-by-row harvest that preceded the batched one (recorded in tests/data)."""
+    from stages.mavis.harvest_pushshift import STAGE
+
     config = demo_config()["mavis"]["harvest_pushshift"]
-    params = {k: v for k, v in config.items() if k != "files"}
+    params = {k: config.get(k, STAGE.params[k].default) for k in STAGE.params}  # the demo's settings and the stage's defaults
     out = tmp_path / "out"
     args = [f"--input=dumps={REPO / f}" for f in config["files"]]
     args += [f"--output=posts={out}/posts.{i}.parquet" for i in range(2)]
