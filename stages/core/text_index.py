@@ -295,7 +295,7 @@ class ShardIndex:
             start, end = matrix["indptr"][term], matrix["indptr"][term + 1]
             scores[matrix["indices"][start:end]] += matrix["data"][start:end]  # a term's rows are distinct
         rows = np.flatnonzero(scores)
-        if len(rows) > k:  # those scoring at least the k-th best, then the best k of them
+        if len(rows) > k > 0:  # those scoring at least the k-th best, then the best k of them
             rows = rows[scores[rows] >= np.partition(scores[rows], len(rows) - k)[len(rows) - k]]
         rows = rows[np.lexsort((rows, -scores[rows]))][:k]
         return [(float(scores[r]), int(r)) for r in rows]
