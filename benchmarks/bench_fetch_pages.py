@@ -9,7 +9,8 @@ then times in the same run:
   fetch_pages  the stage end to end (fetch layer with its guard, retries and byte cap; charset
                detection and strict decoding; trafilatura markdown; page store writes by sha256;
                Parquet output), into an empty store.
-Prints pages/s for both and the ratio: the difference is the cost of reading pages as markdown.
+Prints pages/s for both and the ratio (the difference is the cost of reading pages as markdown),
+the CPU seconds of each (this process, the server's threads included in both) and the load average.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import argparse
 import concurrent.futures
 import json
 import logging
+import os
 import random
 import sys
 import tempfile
@@ -61,11 +63,11 @@ def main() -> None:
     print(f"{args.pages} pages, {sum(map(len, pages)) / 1e6:.1f} MB of HTML, {args.workers} workers")
     try:
         with requests.Session() as session, concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             sizes = list(pool.map(lambda u: len(session.get(u, timeout=10).content), urls))
-            base_s = time.perf_counter() - started
+            base_s, base_cpu = time.perf_counter() - started, time.process_time() - cpu
         assert sum(sizes) == sum(map(len, pages))
-        print(f"baseline     {args.pages / base_s:8.1f} pages/s  (bare downloads into memory)")
+        print(f"baseline     {args.pages / base_s:8.1f} pages/s  (bare downloads into memory; {base_cpu:.2f} CPU s)")
 
         with tempfile.TemporaryDirectory() as tmp:
             results = Path(tmp) / "results.parquet"
@@ -76,12 +78,13 @@ def main() -> None:
             out = Path(tmp) / "pages.parquet"
             fetch = {"allow_networks": ["127.0.0.1/32"], "per_host_concurrency": args.workers}
             params = {"fetch": fetch, "workers": args.workers, "store": str(Path(tmp) / "store")}
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             STAGE.main(["--input", f"results={results}", "--output", f"pages={out}", "--params", json.dumps(params)])
-            stage_s = time.perf_counter() - started
+            stage_s, stage_cpu = time.perf_counter() - started, time.process_time() - cpu
             rows = pq.read_table(out).num_rows
         assert rows == args.pages, f"{rows} of {args.pages} pages read"
-        print(f"fetch_pages  {args.pages / stage_s:8.1f} pages/s  (markdown, store, table; {base_s / stage_s:.2f}x the baseline's rate)")
+        print(f"fetch_pages  {args.pages / stage_s:8.1f} pages/s  (markdown, store, table; {stage_cpu:.2f} CPU s; {base_s / stage_s:.2f}x the baseline's rate)")
+        print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min) on {os.cpu_count()} cores")
     finally:
         server.stop()
 

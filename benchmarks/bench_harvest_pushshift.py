@@ -11,7 +11,7 @@ generator, then times, in the same run and on the same files, --repeat times eac
 Prints MB/s (uncompressed) for both and the harvest/baseline ratio of wall time, and the CPU
 seconds of each (the harvest's counting its comment reader process and writer threads): the
 harvest trades CPU for wall time on two cores. Shared machines are noisy: compare the ratio of
-one run, not MB/s across runs.
+one run, not MB/s across runs; the load average is printed at the end.
 """
 from __future__ import annotations
 
@@ -106,7 +106,8 @@ def main() -> None:
     print(f"baseline zstd decode + orjson parse: {baseline:7.2f}s  {mb / baseline:8.1f} MB/s")
     print(f"harvest_pushshift end to end:        {harvest:7.2f}s  {mb / harvest:8.1f} MB/s")
     print(f"harvest / baseline throughput ratio: {baseline / harvest:.2f} (target >= 0.5)")
-    print(f"CPU seconds: baseline {baseline_cpu:.2f}s, harvest {harvest_cpu:.2f}s (both processes), ratio {baseline_cpu / harvest_cpu:.2f}")
+    print(f"CPU seconds: baseline {baseline_cpu:.2f}s, harvest {harvest_cpu:.2f}s (both processes), ratio {baseline_cpu / harvest_cpu:.2f} (target >= 0.5)")
+    print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min) on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,21 @@
-"""The BM25 passage index at scale, against brute-force BM25 scoring with the same tokenizer.
+"""The BM25 passage index at scale: its build against bm25s and tantivy used directly, its queries
+against brute-force BM25 scoring with the same tokenizer.
 
-    python benchmarks/bench_text_index.py [--passages 1000000] [--queries 1000] [--brute-queries 20]
+    python benchmarks/bench_text_index.py [--passages 100000] [--queries 1000] [--brute-queries 20]
 
 Generates --passages synthetic 100-word passages (a Zipf-distributed vocabulary of 50,000
-pronounceable pseudo-words, seeded) and streams them into one index shard exactly as
-build_text_index does (stages.core.text_index.build_shard, default settings: BM25 k1 1.5, b 0.75,
-English stemming). Prints:
-  build         seconds, index size on disk (bm25 matrix + vocabulary, and the passage texts),
-                peak resident memory of the process after the build;
+pronounceable pseudo-words, seeded; held in memory before any timing) and streams them into one
+index shard exactly as build_text_index does (stages.core.text_index.build_shard, default
+settings: BM25 k1 1.5, b 0.75, English stemming). Prints:
+  build         seconds and CPU seconds, index size on disk (bm25 matrix + vocabulary, and the
+                passage texts), peak resident memory of the process after the build;
+  bm25s         the same passages through bm25s used directly (bm25s.tokenize with its English
+                stop words and the same Snowball stemmer, then BM25(method="lucene").index), CPU
+                seconds, and the build's CPU as a multiple of it (target <= 0.5);
+  tantivy       the same passages into a tantivy-py index (en_stem tokenizer, one indexing
+                thread, committed and merged), CPU seconds, and the build's CPU as a multiple of
+                it (target <= 1.5). Both baselines index only; the build also writes the passage
+                texts to Parquet;
   queries       queries/s at k=10 for --queries 3-word queries against the memory-mapped index, one
                 thread (ShardIndex.search, as retrieve_text runs it);
   brute force   stages.core.text_index.bm25_exact (the Lucene formula over every passage, no index)
@@ -15,11 +23,13 @@ English stemming). Prints:
                 and whether the top-10 passages are the same (rank by rank; a differing id is
                 accepted only where the two scores tie within float32 precision);
   speed-up      brute-force seconds per query / index seconds per query, wall-clock and CPU time
-                (CPU time stays fair when other jobs share the machine).
+                (CPU time stays fair when other jobs share the machine; target >= 50x);
+  load average  the machine's, at the end.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import shutil
 import sys
@@ -58,9 +68,35 @@ def passages(count: int, words: list[str], seed: int):
             yield f"p{start + i}", f"d{(start + i) // 3}", " ".join(row)
 
 
+def bm25s_direct(texts: list[str], settings: IndexSettings) -> float:
+    """CPU seconds of bm25s's own tokenizer (English stop words, the same stemmer) and index."""
+    import bm25s
+    import Stemmer
+
+    cpu = time.process_time()
+    tokens = bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer(settings.stemmer), show_progress=False)
+    bm25s.BM25(method="lucene", k1=settings.k1, b=settings.b).index(tokens, show_progress=False)
+    return time.process_time() - cpu
+
+
+def tantivy_direct(texts: list[str], folder: Path) -> float:
+    """CPU seconds (all its threads) of a tantivy index of the texts, committed and merged."""
+    import tantivy
+
+    folder.mkdir(parents=True, exist_ok=True)
+    cpu = time.process_time()
+    schema = tantivy.SchemaBuilder().add_text_field("text", stored=False, tokenizer_name="en_stem").build()
+    writer = tantivy.Index(schema, path=str(folder)).writer(heap_size=200_000_000, num_threads=1)
+    for text in texts:
+        writer.add_document(tantivy.Document(text=text))
+    writer.commit()
+    writer.wait_merging_threads()
+    return time.process_time() - cpu
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--passages", type=int, default=1_000_000)
+    parser.add_argument("--passages", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--brute-queries", type=int, default=20)
     parser.add_argument("--workdir", default=None, help="where the index is built (default: a temp folder, removed)")
@@ -72,14 +108,24 @@ def main() -> None:
     folder = work / "shard"
     shutil.rmtree(folder, ignore_errors=True)
 
-    started = time.perf_counter()
-    meta = build_shard(passages(args.passages, words, 1), settings, folder, lambda: ({"documents": args.passages // 3}, []))
-    build_s = time.perf_counter() - started
+    corpus = list(passages(args.passages, words, 1))
+    texts = [text for _, _, text in corpus]
+
+    started, cpu = time.perf_counter(), time.process_time()
+    meta = build_shard(iter(corpus), settings, folder, lambda: ({"documents": args.passages // 3}, []))
+    build_s, build_cpu = time.perf_counter() - started, time.process_time() - cpu
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     index_mb = folder_bytes(folder / "bm25") / 1e6
     texts_mb = (folder / "passages.parquet").stat().st_size / 1e6
-    print(f"build        {meta['passages']:,} passages in {build_s:.1f} s ({meta['passages'] / build_s:,.0f} passages/s); "
+    print(f"build        {meta['passages']:,} passages in {build_s:.1f} s, {build_cpu:.1f} CPU s ({meta['passages'] / build_s:,.0f} passages/s); "
           f"on disk: bm25 {index_mb:.0f} MB + passage texts {texts_mb:.0f} MB; peak memory {peak_gb:.2f} GB")
+    bm25s_cpu = bm25s_direct(texts, settings)
+    print(f"bm25s        {bm25s_cpu:.1f} CPU s used directly (tokenize + index): the build takes {build_cpu / bm25s_cpu:.2f}x its CPU")
+    try:
+        tantivy_cpu = tantivy_direct(texts, work / "tantivy")
+        print(f"tantivy      {tantivy_cpu:.1f} CPU s used directly (one indexing thread): the build takes {build_cpu / tantivy_cpu:.2f}x its CPU")
+    except ImportError:
+        print("tantivy      not installed (pip install -e '.[bench]'): no tantivy baseline")
 
     index = ShardIndex(folder)
     qrng = np.random.default_rng(2)
@@ -110,6 +156,7 @@ def main() -> None:
     print(f"brute force  {args.brute_queries} queries: {brute_s:.2f} s per query wall, {brute_cpu:.2f} s CPU (after {tokenize_s:.0f} s tokenising "
           f"the corpus once); same top-10 for {same}/{args.brute_queries} queries")
     print(f"speed-up     {brute_s / index_s:,.0f}x per query (wall), {brute_cpu / index_cpu:,.0f}x (CPU time: fair on a shared machine)")
+    print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min) on {os.cpu_count()} cores")
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -50,6 +50,15 @@ def test_large_set_uses_the_index_and_stays_exact():
     assert len(pairs) > 1_000
 
 
+def test_many_copies_of_one_image_overflow_the_kernel_buffer_and_stay_exact():
+    """600 copies of one hash (179,700 pairs in one table, past the kernel's first buffer) among
+    near and far hashes."""
+    hashes = planted(11, 3_000, 400, 6)
+    hashes = np.concatenate([hashes, np.full(600, hashes[5], np.uint64)])
+    pairs = near_pairs(hashes, 6, method=9, workers=2)
+    assert np.array_equal(pairs, brute_force_pairs(hashes, 6)) and len(pairs) > 179_700
+
+
 def test_union_find_matches_connected_components():
     hashes = planted(3, 200, 150, 5)
     pairs = brute_force_pairs(hashes, 5)

@@ -85,16 +85,38 @@ def looks_broken(text: str) -> str | None:
 
 
 def html_to_markdown(html: str, url: str) -> tuple[str, str]:
-    """(title, markdown) by trafilatura; empty markdown when it finds no main content."""
+    """(title, markdown) by trafilatura; empty markdown when it finds no main content. The page is
+    parsed once, the title read before the extraction prunes the tree."""
     import trafilatura  # heavy import, only where pages are read
+    from trafilatura.utils import load_html
 
+    tree = load_html(html)
+    if tree is None:
+        return "", ""
+    title = page_title(tree)
     markdown = trafilatura.extract(
-        html, url=url, output_format="markdown", include_images=True, include_links=True,
+        tree, url=url, output_format="markdown", include_images=True, include_links=True,
         include_tables=True, include_formatting=True, favor_recall=True, deduplicate=False,
     ) or ""
-    metadata = trafilatura.extract_metadata(html, default_url=url)
-    title = (metadata.title if metadata and metadata.title else "") or ""
-    return title.strip(), markdown.strip()
+    return title, markdown.strip()
+
+
+def page_title(tree) -> str:
+    """The title `trafilatura.extract_metadata` gives (its meta tags, then JSON-LD, then its title
+    rules on h1, title and h2; trimmed as it trims) without the rest of its metadata: its date
+    search (htmldate) was 80% of a page's reading time, and only the title is kept."""
+    from trafilatura.metadata import examine_meta, extract_meta_json, extract_title
+    from trafilatura.settings import Document
+
+    metadata = examine_meta(tree)
+    try:
+        metadata = extract_meta_json(tree, metadata)
+    except Exception:  # noqa: BLE001 - trafilatura guards its JSON-LD reader the same way
+        pass
+    found = Document()
+    found.title = metadata.title or extract_title(tree)
+    found.clean_and_trim()
+    return (found.title or "").strip()
 
 
 def count_images(markdown: str) -> int:

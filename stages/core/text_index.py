@@ -17,6 +17,13 @@ letters and digits minus bm25s's English stop words) so the index, the queries a
 scorer `bm25_exact` agree token for token; Snowball stemming (PyStemmer) is on by default. Each shard scores with its own statistics (N, df,
 avgdl), as a Lucene shard does; `merge_topk` takes the best k of the shards' top-k lists. With
 shards cut by a hash of the document, the statistics agree closely across shards.
+
+Why bm25s's files with our own build and top-k, not tantivy: tantivy fixes k1 at 1.2 and stores
+passage lengths in one byte (lossy), so its scores are not the Lucene formula with the seed's
+settings and the brute-force check could not hold; bm25s's matrix is that formula exactly, and
+building it column-wise here (`_Bm25Builder`) costs less CPU than tantivy's own build
+(benchmarks/bench_text_index.py). A query's top k is chosen among the passages holding one of its
+terms, ties broken by row, as `merge_topk` and `bm25_exact`'s ranking break them.
 """
 from __future__ import annotations
 
@@ -165,22 +172,65 @@ def build_shard(passages: Iterable[tuple[str, str, str]], settings: IndexSetting
 
 
 class _Bm25Builder:
+    """The BM25 matrix bm25s builds from `tokenize` (same vocabulary ids, same float32 scores bit
+    for bit, same files), computed a batch of passages at a time instead of token by token (in
+    bm25s's own build, tokenising was 54% of the time and its Python loops over every token most
+    of the rest). A batch's passages are lower-cased, cut at ASCII whitespace (which no token
+    spans) and their words dictionary-encoded by Arrow; only each distinct word goes through the
+    tokenizer's regex, stop words and stemmer; numpy expands the words back into terms and counts
+    each (passage, term) once."""
+
     def __init__(self, settings: IndexSettings):
         self.settings = settings
-        self.vocab: dict[str, int] = {}
-        self.ids: list[list[int]] = []
+        self.vocab: dict[str, int] = {}  # stem -> id, in the order stems first occur
+        self.lengths: list[np.ndarray] = []  # terms per passage
+        self.pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (passage, term, count) per batch, by passage then term
 
     def add(self, texts: list[str]) -> None:
-        vocab = self.vocab
-        for text in texts:  # ids are the vocabulary's own int objects: no per-token allocation
-            self.ids.append([vocab.setdefault(t, len(vocab)) for t in tokenize(text, self.settings.stemmer)])
+        import pyarrow.compute as pc
+
+        words = pc.ascii_split_whitespace(pa.array([t.lower() for t in texts], pa.string()))
+        encoded = pc.list_flatten(words).dictionary_encode()
+        stem = _stems(self.settings.stemmer).__getitem__ if self.settings.stemmer else str
+        vocab, counts, terms_of = self.vocab, [], []
+        for word in encoded.dictionary.to_pylist():  # in order of first occurrence: vocabulary ids as a token-by-token pass gives them
+            terms = [vocab.setdefault(stem(t), len(vocab)) for t in _TOKEN.findall(word) if t not in STOPWORDS]
+            counts.append(len(terms))
+            terms_of.extend(terms)
+        counts, terms_of = np.array(counts, np.int64), np.array(terms_of, np.int64)
+        word = encoded.indices.to_numpy(zero_copy_only=False)
+        passage = np.repeat(np.arange(len(texts)), np.diff(words.offsets.to_numpy()))
+        per_word = counts[word]
+        first_term = np.repeat((np.cumsum(counts) - counts)[word], per_word)
+        within = np.arange(per_word.sum()) - np.repeat(np.cumsum(per_word) - per_word, per_word)
+        terms, passage = terms_of[first_term + within], np.repeat(passage, per_word)
+        self.lengths.append(np.bincount(passage, minlength=len(texts)))
+        keys, tf = np.unique((passage << 32) | terms, return_counts=True)
+        first = sum(map(len, self.lengths[:-1]))
+        self.pairs.append(((keys >> 32).astype(np.int32) + first, (keys & 0xFFFFFFFF).astype(np.int32), tf.astype(np.int32)))
 
     def save(self, folder: Path) -> None:
         import bm25s
-        from bm25s.tokenization import Tokenized
+        import scipy.sparse
 
-        retriever = bm25s.BM25(method="lucene", k1=self.settings.k1, b=self.settings.b)
-        retriever.index(Tokenized(ids=self.ids, vocab=self.vocab), show_progress=False)
+        k1, b = self.settings.k1, self.settings.b
+        lengths = np.concatenate(self.lengths).astype(np.int64)
+        docs, terms, tf = (np.concatenate(column) for column in zip(*self.pairs))
+        n, n_terms = len(lengths), len(self.vocab)
+        # bm25s's arithmetic, vectorised in its order and types: idf by math.log rounded to
+        # float32, the length norm in float64, the product rounded to float32
+        df = np.bincount(terms, minlength=n_terms)
+        values, which = np.unique(df, return_inverse=True)
+        idf = np.array([math.log(1 + (n - v + 0.5) / (v + 0.5)) if v else 0.0 for v in values.tolist()])[which].astype(np.float32)
+        norm = k1 * ((1 - b) + b * lengths.astype(np.float64) / lengths.mean())
+        tf = tf.astype(np.float64)
+        scores = (idf[terms].astype(np.float64) * (tf / (norm[docs] + tf))).astype(np.float32)
+        # term by term, passages ascending within a term: scipy's counting sort keeps their order
+        matrix = scipy.sparse.csr_matrix((scores, (terms, docs)), shape=(n_terms, n))
+        retriever = bm25s.BM25(method="lucene", k1=k1, b=b)
+        retriever.scores = {"data": matrix.data, "indices": matrix.indices.astype(np.int32), "indptr": matrix.indptr.astype(np.int64), "num_docs": n}
+        retriever.vocab_dict = {**self.vocab, "": n_terms}  # bm25s's empty token, its last id
+        retriever.nonoccurrence_array = None  # Lucene's variant has none
         retriever.save(folder / "bm25", show_progress=False)
 
 
@@ -228,18 +278,27 @@ class ShardIndex:
         """Per query, up to k (score, passage row) with score > 0 (bm25) best first."""
         k = min(k, int(self.meta["passages"]))
         if self.method == "bm25":
-            out = []
-            for text in queries:
-                tokens = [t for t in dict.fromkeys(tokenize(text, self.stemmer)) if t in self.bm25.vocab_dict]  # each term once
-                if not tokens:
-                    out.append([])
-                    continue
-                docs, scores = self.bm25.retrieve([tokens], k=k, show_progress=False, n_threads=1)
-                out.append([(float(s), int(d)) for d, s in zip(docs[0], scores[0]) if s > 0])
-            return out
+            return [self._bm25_top(text, k) for text in queries]
         vectors = self.encoder.encode(queries, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
         scores, rows = self.dense.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
         return [[(float(s), int(r)) for s, r in zip(srow, rrow) if r >= 0] for srow, rrow in zip(scores, rows)]
+
+    def _bm25_top(self, text: str, k: int) -> list[tuple[float, int]]:
+        """bm25s's scores (its matrix, summed term by term in float32 as bm25s.BM25.get_scores
+        sums them) over the passages that hold a query term, best k first, ties by row (as
+        merge_topk breaks them). bm25s's own top-k partitions the whole score array, whose zeros
+        make np.argpartition slow: 97% of a query at 100K passages, growing with the shard."""
+        vocab, matrix = self.bm25.vocab_dict, self.bm25.scores
+        terms = [vocab[t] for t in dict.fromkeys(tokenize(text, self.stemmer)) if t in vocab]  # each term once
+        scores = np.zeros(matrix["num_docs"], np.float32)
+        for term in terms:
+            start, end = matrix["indptr"][term], matrix["indptr"][term + 1]
+            scores[matrix["indices"][start:end]] += matrix["data"][start:end]  # a term's rows are distinct
+        rows = np.flatnonzero(scores)
+        if len(rows) > k > 0:  # those scoring at least the k-th best, then the best k of them
+            rows = rows[scores[rows] >= np.partition(scores[rows], len(rows) - k)[len(rows) - k]]
+        rows = rows[np.lexsort((rows, -scores[rows]))][:k]
+        return [(float(scores[r]), int(r)) for r in rows]
 
     def passages(self, rows: list[int]) -> list[dict]:
         if self._passages is None:
