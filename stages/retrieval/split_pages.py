@@ -5,7 +5,8 @@ seed's three steps, in its order:
 
 1. Embedded image handling: every markdown image becomes a numbered placeholder (`placeholder`,
    default `<image_{n}>`, n = 1, 2, ... in page order) and its url (made absolute against the
-   page's final url) is recorded; `data:` urls are not fetchable and are dropped with their image.
+   page's final url) is recorded; `data:` urls are not fetchable and are dropped with their image,
+   and so are urls that cannot be made absolute (a malformed url or page url; stats images_bad_url).
 2. Text cleaning: links become their text (`[text](url)` -> `text`, `<https://...>` and bare urls
    go), then runs of blank lines are squeezed.
 3. Text splitting: langchain-text-splitters' RecursiveCharacterTextSplitter with `chunk_size`
@@ -36,19 +37,27 @@ _BARE_URL = re.compile(r"(?:https?|ftp)://[^\s)\]>]+")
 _BLANK_LINES = re.compile(r"\n\s*\n\s*\n+")
 
 
-def replace_images(markdown: str, base_url: str, placeholder: str) -> tuple[str, list[tuple[int, str, str]]]:
-    """(text with placeholders, [(n, absolute url, alt)])."""
+def replace_images(markdown: str, base_url: str, placeholder: str) -> tuple[str, list[tuple[int, str, str]], int]:
+    """(text with placeholders, [(n, absolute url, alt)], images dropped for a url that cannot be
+    made absolute: a malformed url or page url, e.g. an unclosed IPv6 host)."""
     images: list[tuple[int, str, str]] = []
+    bad = 0
 
     def swap(match: re.Match) -> str:
+        nonlocal bad
         url = match[2]
         if url.startswith("data:"):
             return ""
+        try:
+            url = urljoin(base_url, url)
+        except ValueError:
+            bad += 1
+            return ""
         n = len(images) + 1
-        images.append((n, urljoin(base_url, url), match[1].strip()))
+        images.append((n, url, match[1].strip()))
         return placeholder.format(n=n)
 
-    return _IMAGE.sub(swap, markdown), images
+    return _IMAGE.sub(swap, markdown), images, bad
 
 
 def clean_links(text: str) -> str:
@@ -72,7 +81,8 @@ def run(ctx) -> None:
     writer = ctx.writer("elements")
     for page in ctx.read_rows("pages"):
         with ctx.item(page["id"]):
-            text, images = replace_images(page["markdown"], page["final_url"] or page["url"], p["placeholder"])
+            text, images, bad = replace_images(page["markdown"], page["final_url"] or page["url"], p["placeholder"])
+            ctx.stats["images_bad_url"] += bad
             text = clean_links(text)
             chunks = splitter.split_text(text) if text else []
             if not chunks and not images:
