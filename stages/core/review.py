@@ -33,9 +33,13 @@ def write_sheet(path: str | Path, columns: list[str], rows: list[dict]) -> None:
     atomic_write_bytes(str(path), buf.getvalue().encode("utf-8"))
 
 
-def read_sheet(path: str | Path, key: str, required: list[str], check: Callable[[dict], str | None] | None = None) -> list[dict]:
+def read_sheet(path: str | Path, key: str, required: list[str], check: Callable[[dict], str | None] | None = None,
+               item: tuple[str, ...] | None = None) -> list[dict]:
     """The rows of an edited sheet (each with its `line` number); fails naming the file and line
-    when a required column is absent or `check(row)` returns a problem."""
+    when a required column is absent or `check(row)` returns a problem. The `item` columns (default:
+    `key`) name one item: a row repeating an earlier row's item is dropped when it says the same,
+    and fails naming the item and both lines when it says something else (two decisions for one
+    item: neither is taken over the other)."""
     try:
         fh = open(path, newline="", encoding="utf-8")
     except OSError as err:
@@ -45,13 +49,21 @@ def read_sheet(path: str | Path, key: str, required: list[str], check: Callable[
         absent = [c for c in [key, *required] if c not in (reader.fieldnames or [])]
         if absent:
             raise StageError(f"review sheet {path}: needs columns {[key, *required]}, lacks {absent} (has {reader.fieldnames})")
-        rows = []
+        rows, first = [], {}
         for line, row in enumerate(reader, start=2):
             row = {k: (v or "").strip() for k, v in row.items() if k is not None}
             problem = check(row) if check else None
             if problem:
                 raise StageError(f"review sheet {path}, line {line} ({row[key]}): {problem}")
-            rows.append({**row, "line": line})
+            name = tuple(row.get(c, "") for c in item or (key,))
+            if name in first:
+                earlier = first[name]
+                if {k: v for k, v in earlier.items() if k != "line"} != row:
+                    raise StageError(f"review sheet {path}: {' / '.join(name)} is on line {earlier['line']} and again on line {line} "
+                                     "with different values; keep one")
+                continue
+            first[name] = {**row, "line": line}
+            rows.append(first[name])
     return rows
 
 
