@@ -248,16 +248,24 @@ def contract_problems(table: pa.Table, contract: Contract) -> list[tuple[int, st
             claim(rows, "bad_value", lambda r, c=name: f"column {c!r}{item} {_show(first[r])}, not {want}")
     if contract.key and n:
         keys = table.select(list(contract.key)).append_column("__row", pa.array(np.arange(n)))
-        groups = keys.filter(pa.array(~taken)).group_by(list(contract.key), use_threads=False).aggregate(
-            [("__row", "min"), ("__row", "count")])
-        repeated = groups.filter(pc.greater(groups.column("__row_count"), 1))
-        if repeated.num_rows:
+        if taken.any():
+            keys = keys.filter(pa.array(~taken))
+        if _distinct(keys.select(list(contract.key))) < keys.num_rows:  # one hash pass; the common case ends here
+            groups = keys.group_by(list(contract.key), use_threads=False).aggregate([("__row", "min"), ("__row", "count")])
+            repeated = groups.filter(pc.greater(groups.column("__row_count"), 1))
             first = np.zeros(n, dtype=bool)
             first[groups.column("__row_min").to_numpy()] = True
             first_of = {"|".join(map(str, (g[c] for c in contract.key))): g["__row_min"] for g in repeated.to_pylist()}
             claim(np.flatnonzero(~taken & ~first), "duplicate_id",
                   lambda r: f"key {row_key(table, contract, r)!r} repeats row {first_of[row_key(table, contract, r)]}")
     return sorted(problems)
+
+
+def _distinct(keys: pa.Table) -> int:
+    """How many distinct rows `keys` holds."""
+    if keys.num_columns == 1:
+        return len(pc.unique(keys.column(0)))
+    return keys.group_by(keys.column_names, use_threads=False).aggregate([]).num_rows
 
 
 def row_key(table: pa.Table, contract: Contract, row: int) -> str | None:
@@ -385,7 +393,7 @@ class TableWriter:
         self._writer.close()
         if self.contract.key and self._batches > 1:
             keys = pq.read_table(self._tmp, columns=list(self.contract.key))
-            if keys.group_by(list(self.contract.key)).aggregate([]).num_rows < keys.num_rows:
+            if _distinct(keys) < keys.num_rows:
                 check_contract(keys, Contract(self.table, self.contract.key, self.contract.key))
         os.chmod(self._tmp, 0o644)
         return self._tmp, self.path
