@@ -217,6 +217,8 @@ values:
   modality: [text, image]
 range:
   score: [0, 1]
+pattern:
+  tags: "[a-z]+"
 """
 
 
@@ -249,7 +251,7 @@ def test_rows_that_break_the_contract_are_rejected_before_the_stage_sees_them(tm
 
     first = [_scored("a"), _scored(None), _scored("b", modality="audio"), _scored("c", score=float("nan")), _scored("d", score=7.0)]
     second = [_scored("e", score=-3.0), _scored("a", score=0.9), _scored("f", tags=["x", None]), _scored("g", modality=None),
-              _scored(""), _scored("h", note="fine")]
+              _scored(""), _scored("h", note="fine"), _scored("i", tags=["ok", "A1"])]
     paths = []
     for k, rows in enumerate((first, second)):  # two shards: the repeated key spans them
         paths.append(tmp_path / f"in{k}.parquet")
@@ -269,11 +271,12 @@ def test_rows_that_break_the_contract_are_rejected_before_the_stage_sees_them(tm
         ("f", "null_column"): "column 'tags' holds a null item (input 'rows', in1.parquet row 2)",
         ("g", "null_column"): "column 'modality' is null (input 'rows', in1.parquet row 3)",
         ("in1.parquet row 4", "bad_value"): "key column 'id' is empty (input 'rows', in1.parquet row 4)",
+        ("i", "bad_value"): "column 'tags' holds 'A1', not matching '[a-z]+' (input 'rows', in1.parquet row 6)",
     }
     report = json.loads(Path(f"{out}.report.json").read_text())
-    assert (report["rows_in"], report["rows_out"], report["rejected"]) == (11, {"out": 2}, 9)
-    assert report["rejected_on_read"] == {"rows": 9}
-    assert report["rejected_by_reason"] == {"bad_value": 5, "duplicate_id": 1, "null_column": 3}
+    assert (report["rows_in"], report["rows_out"], report["rejected"]) == (12, {"out": 2}, 10)
+    assert report["rejected_on_read"] == {"rows": 10}
+    assert report["rejected_by_reason"] == {"bad_value": 6, "duplicate_id": 1, "null_column": 3}
 
 
 def test_a_castable_column_type_is_cast_and_a_value_that_does_not_convert_fails_naming_it(tmp_path, scored_dir):

@@ -11,7 +11,7 @@ Seed defaults: k=3, τ=0.16 (Qwen2.5-VL-7B); k=5, τ=0.12 (LLaVA-NeXT-7B).
 
 Input: generations (attr_generations). Output: citations (attr_citations, method attention), one
 row per summary sentence; the generations are the counted items.
-Rejects: bad_capture (the stored vectors do not match the source labels). Invariant: each
+Rejects: bad_capture (the stored vectors do not match the source labels, or a label names no unit). Invariant: each
 generation is written (its sentences) or rejected.
 """
 from __future__ import annotations
@@ -36,9 +36,13 @@ def run(ctx):
     for gen in ctx.read_rows("generations"):
         with ctx.item(gen["id"]):
             labels = np.asarray(gen["source_labels"], dtype=np.int64)
+            if len({len(row) for row in gen["pooled"]}) > 1:
+                raise Reject("bad_capture", f"pooled rows of different lengths {sorted({len(row) for row in gen['pooled']})}")
             pooled = np.asarray(gen["pooled"], dtype=np.float32).reshape(len(gen["pooled"]), -1)
             if pooled.shape[0] != len(gen["token_sentence"]) or (pooled.size and pooled.shape[1] != labels.size):
                 raise Reject("bad_capture", f"pooled {pooled.shape} vs {len(gen['token_sentence'])} tokens x {labels.size} source tokens")
+            if labels.size and not (-1 <= labels.min() and labels.max() < len(gen["units"])):
+                raise Reject("bad_capture", f"source labels {labels.min()}..{labels.max()} name no unit of {len(gen['units'])}")
             cited, scores = attribute(pooled, labels, gen["units"], gen["token_sentence"], len(gen["summary_sentences"]),
                                       k, tau, gen["mode"])
             rows = citation_rows(gen, "attention", cited, scores)

@@ -20,6 +20,8 @@ The file also states the table's contract beyond types (all optional):
       modality: [text, image]
     range:                          # inclusive bounds of a numeric column (of a list's items);
       score: [0, 1]                 # null = open; a ranged float is never NaN
+    pattern:                        # a regular expression each value (a list's item) matches in full
+      units: "[0-9]+|IMG"
 
 "Not null" covers a list's items too (a list column that may not be null holds no null item).
 Writing checks the data against the schema and the contract, and a mismatch fails with the table
@@ -124,6 +126,7 @@ class Contract:
     nullable: frozenset[str] = frozenset()
     values: dict[str, frozenset] = field(default_factory=dict)
     ranges: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    patterns: dict[str, str] = field(default_factory=dict)
 
 
 @lru_cache(maxsize=None)
@@ -143,19 +146,22 @@ def _load(table: str) -> tuple[pa.Schema, Contract]:
     key = (key,) if isinstance(key, str) else tuple(key)
     contract = Contract(table, tuple(schema.names), key, frozenset(spec.get("nullable") or ()),
                         {c: frozenset(v) for c, v in (spec.get("values") or {}).items()},
-                        {c: (lo, hi) for c, (lo, hi) in (spec.get("range") or {}).items()})
+                        {c: (lo, hi) for c, (lo, hi) in (spec.get("range") or {}).items()},
+                        {c: str(rx) for c, rx in (spec.get("pattern") or {}).items()})
     for what, columns in (("key", contract.key), ("nullable", contract.nullable), ("values", contract.values),
-                          ("range", contract.ranges)):
+                          ("range", contract.ranges), ("pattern", contract.patterns)):
         unknown = sorted(set(columns) - set(schema.names))
         if unknown:
             raise SchemaError(f"{path}: {what} names columns {unknown} that the table does not have")
     clash = sorted(set(contract.key) & contract.nullable)
     if clash:
         raise SchemaError(f"{path}: key columns {clash} cannot be nullable")
-    for column in (*contract.values, *contract.ranges):
+    for column in (*contract.values, *contract.ranges, *contract.patterns):
         base = _item_type(schema.field(column).type)
         if column in contract.ranges and not (pa.types.is_integer(base) or pa.types.is_floating(base)):
             raise SchemaError(f"{path}: range of column {column!r}, which is {schema.field(column).type}, not numeric")
+        if column in contract.patterns and not pa.types.is_string(base):
+            raise SchemaError(f"{path}: pattern of column {column!r}, which is {schema.field(column).type}, not text")
     return schema, contract
 
 
@@ -221,9 +227,9 @@ def contract_problems(table: pa.Table, contract: Contract) -> list[tuple[int, st
         if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
             empty = pc.fill_null(pc.equal(column, ""), False)
             claim(np.flatnonzero(empty.to_numpy(zero_copy_only=False)), "bad_value", lambda r, c=name: f"key column {c!r} is empty")
-    for name in contract.columns:  # declared values and ranges
-        allowed, bounds = contract.values.get(name), contract.ranges.get(name)
-        if allowed is None and bounds is None:
+    for name in contract.columns:  # declared values, ranges and patterns
+        allowed, bounds, pattern = contract.values.get(name), contract.ranges.get(name), contract.patterns.get(name)
+        if allowed is None and bounds is None and pattern is None:
             continue
         values, parents = _items(table.column(name))
         bad = pa.array(np.zeros(len(values), dtype=bool))
@@ -237,13 +243,16 @@ def contract_problems(table: pa.Table, contract: Contract) -> list[tuple[int, st
                 bad = pc.or_(bad, pc.less(values, low))
             if high is not None:
                 bad = pc.or_(bad, pc.greater(values, high))
+        if pattern is not None:
+            bad = pc.or_(bad, pc.invert(pc.match_substring_regex(values, f"^(?:{pattern})$")))
         bad = pc.fill_null(bad, False)
         if pc.any(bad).as_py():
             at = np.flatnonzero(bad.to_numpy(zero_copy_only=False))
             rows = at if parents is None else parents.to_numpy()[at]
             first = dict(zip(rows[::-1].tolist(), values.take(pa.array(at[::-1])).to_pylist()))  # the row's first bad value
-            want = (f"one of {sorted(allowed)}" if allowed is not None else "") + (
-                f"{' and ' if allowed is not None else ''}in [{bounds[0]}, {bounds[1]}]" if bounds is not None else "")
+            want = " and ".join(w for w in (f"one of {sorted(allowed)}" if allowed is not None else "",
+                                            f"in [{bounds[0]}, {bounds[1]}]" if bounds is not None else "",
+                                            f"matching {pattern!r}" if pattern is not None else "") if w)
             item = " holds" if parents is not None else " is"
             claim(rows, "bad_value", lambda r, c=name: f"column {c!r}{item} {_show(first[r])}, not {want}")
     if contract.key and n:
