@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 
 
-from stages.core.release import check_row_counts, load_parquet, md_table, portable_duckdb_file
+from stages.core.release import check_row_counts, insert_rows, load_table, md_table, portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import atomic_write_bytes
 
@@ -104,7 +104,7 @@ def run(ctx):
     with portable_duckdb_file(ctx.output_path("db"), check=lambda tmp: check_row_counts(tmp, loaded)) as con:
         for name in (*TABLES, *DETAIL):
             if ctx.has_input(name):
-                loaded[name] = ctx.stats[f"{name}_rows"] = load_parquet(con, name, ctx.input_paths(name))
+                loaded[name] = ctx.stats[f"{name}_rows"] = load_table(con, name, ctx.read(name))
         models = [r[0] for r in con.execute("select distinct model from responses order by model").fetchall()]
         parts = [
             f"# {ctx.params['title']}",

@@ -391,13 +391,13 @@ class Context:
         paths = self._inputs.get(name)
         if not paths:
             return (table_schema(spec.table) if spec.table else pa.schema([])).empty_table()
-        if not spec.table:
-            return read_tables(paths)
-        contract = table_contract(spec.table)
         try:
-            table = read_tables(paths, table_schema(spec.table), spec.table)
+            table = read_tables(paths, table_schema(spec.table) if spec.table else None, spec.table or name)
         except SchemaError as err:
             raise StageError(f"input {name!r}: {err}") from None
+        if not spec.table:  # the caller's table: its columns are the stage's to check
+            return table
+        contract = table_contract(spec.table)
         problems = contract_problems(table, contract)
         if not problems:
             return table

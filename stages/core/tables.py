@@ -467,9 +467,10 @@ def _castable(got: pa.DataType, want: pa.DataType) -> bool:
 
 
 def read_tables(paths: list[str] | str, schema: pa.Schema | None = None, table: str = "") -> pa.Table:
-    """One Arrow table from one or many Parquet files (shards) of the same schema; with `schema`,
-    each of its columns cast to its declared type where a file holds another type. A value that
-    does not convert (a string 'three' for an int64) raises SchemaError naming the file and column."""
+    """One Arrow table from one or many Parquet files (shards) of the same schema (an extra column
+    some shards lack is null in the others); with `schema`, each of its columns cast to its
+    declared type where a file holds another type. A value that does not convert (a string
+    'three' for an int64) raises SchemaError naming the file and column."""
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not paths:
         raise ValueError("read_tables needs at least one path")
@@ -486,7 +487,12 @@ def read_tables(paths: list[str] | str, schema: pa.Schema | None = None, table: 
                     raise SchemaError(f"{path} (table {table!r}): column {want.name!r} is {got}, expected {want.type}, "
                                       f"and a value does not convert: {err}") from None
         tables.append(data)
-    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    if len(tables) == 1:
+        return tables[0]
+    try:
+        return pa.concat_tables(tables, promote_options="default")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise SchemaError(f"{paths[0]} and the other files (table {table!r}) do not make one table: {err}") from None
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

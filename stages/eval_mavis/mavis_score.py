@@ -19,7 +19,9 @@ the seed, on a GPU: `mauve_device`). Fewer than 2 answers on a side gives no MAU
 Inputs: responses, sentences, judgements (one model's).
 Outputs: scores (mavis_eval_scores: one row per answer and scoring), summary (mavis_eval_summary:
 means per setting, method, scoring and metric, with counts of scored and missing answers).
-Invariant: score rows = 2 x responses (no rejects).
+Rejects: unknown_document (a sentence or a support judgement names a document number the answer
+was not shown: the sentences or judgements do not belong to this response).
+Invariant: score rows = 2 x (responses - rejected).
 Params: mauve_featurizer, mauve_device, mauve_scaling, mauve_seed, mauve_max_text_length.
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ import os
 import numpy as np
 
 from stages.core.mavis_eval import SCORINGS, plain_text, response_scores
-from stages.core.stage import Input, Output, Param, Stage
+from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "1"
 QUALITY = ("completeness", "relevance", "informativeness_f1", "recall", "precision", "groundedness_f1")
@@ -97,26 +99,31 @@ def run(ctx):
         else:
             entry[j["kind"]][j["sentence_index"]] = j["score"]
     responses = ctx.read_rows("responses")
-    rows = []
+    rows, scored = [], []
     for response in responses:
-        ctx.add_input()
-        sents = sorted(sentences[response["id"]], key=lambda s: s["index"])
-        entry = judged[response["id"]]
-        modalities = {d["number"]: d["modality"] for d in response["documents"]}
-        stats = statistics(response, sents, entry["support_doc"], modalities)
-        for scoring in SCORINGS:
-            scores = response_scores(sents, len(entry["facts"]), entry["facts"], entry["relevance"], entry["support"],
-                                     entry["support_doc"], scoring)
-            rows.append({"response_id": response["id"], "model": response["model"], "instance_id": response["instance_id"],
-                         "setting": response["setting"], "method": response["method"], "scoring": scoring, **scores, **stats,
-                         "n_sentences": len(sents), "n_cited_sentences": sum(1 for s in sents if s["cited"] or s["unknown"]),
-                         "n_facts": len(entry["facts"]), "failed_judge_calls": entry["failed"]})
+        with ctx.item(response["id"]):
+            sents = sorted(sentences[response["id"]], key=lambda s: s["index"])
+            entry = judged[response["id"]]
+            modalities = {d["number"]: d["modality"] for d in response["documents"]}
+            named = {n for s in sents for n in s["cited"]} | {n for _, n in entry["support_doc"]}
+            if not named <= modalities.keys():
+                raise Reject("unknown_document", f"documents {sorted(named - modalities.keys(), key=str)} are not among the "
+                                                 f"{len(modalities)} the answer was shown")
+            scored.append(response)
+            stats = statistics(response, sents, entry["support_doc"], modalities)
+            for scoring in SCORINGS:
+                scores = response_scores(sents, len(entry["facts"]), entry["facts"], entry["relevance"], entry["support"],
+                                         entry["support_doc"], scoring)
+                rows.append({"response_id": response["id"], "model": response["model"], "instance_id": response["instance_id"],
+                             "setting": response["setting"], "method": response["method"], "scoring": scoring, **scores, **stats,
+                             "n_sentences": len(sents), "n_cited_sentences": sum(1 for s in sents if s["cited"] or s["unknown"]),
+                             "n_facts": len(entry["facts"]), "failed_judge_calls": entry["failed"]})
     ctx.write("scores", rows)
     groups = collections.defaultdict(list)
     for row in rows:
         groups[(row["model"], row["setting"], row["method"], row["scoring"])].append(row)
     by_group = collections.defaultdict(list)
-    for r in responses:
+    for r in scored:
         by_group[(r["model"], r["setting"], r["method"])].append(r)
     featurize = sentence_featurizer()
     note = ENCODER_NOTE if params["mauve_featurizer"] == "sentence-encoder" else f"MAUVE over {params['mauve_featurizer']} features"
@@ -140,7 +147,7 @@ def run(ctx):
 
 
 def _invariant(ctx) -> str | None:
-    expected = len(SCORINGS) * ctx.rows_in
+    expected = len(SCORINGS) * (ctx.rows_in - ctx.rejected)
     return None if ctx.rows_out("scores") == expected else f"score rows {ctx.rows_out('scores')} != {expected}"
 
 
