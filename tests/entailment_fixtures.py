@@ -14,6 +14,7 @@ from PIL import Image
 from werkzeug import Response
 
 from conftest import run_stage
+from stages.core.ids import content_id
 from stages.core.images import ImageStore
 from stages.core.tables import write_table
 
@@ -99,6 +100,6 @@ def stored_image(tmp_path) -> tuple[str, bytes]:
 
 
 def deduped_row(sha, url):
-    return {"id": f"img:{sha}", "ref_id": "imgref:1", "owner_id": "i1#0.0", "query_id": "i1#0.0", "position": 0, "url": url,
+    return {"id": f"img:{sha}", "ref_id": content_id("imgref", "i1#0.0", url), "owner_id": "i1#0.0", "query_id": "i1#0.0", "position": 0, "url": url,
             "final_url": url, "sha256": sha, "format": "jpeg", "source_format": "jpeg", "width": 120, "height": 90, "bytes": 1,
             "clip_score": None, "phash": "0" * 16, "duplicates": 0}

@@ -38,7 +38,7 @@ def run(ctx):
             labels = np.asarray(gen["source_labels"], dtype=np.int64)
             if len({len(row) for row in gen["pooled"]}) > 1:
                 raise Reject("bad_capture", f"pooled rows of different lengths {sorted({len(row) for row in gen['pooled']})}")
-            pooled = np.asarray(gen["pooled"], dtype=np.float32).reshape(len(gen["pooled"]), -1)
+            pooled = np.asarray(gen["pooled"], dtype=np.float32).reshape(len(gen["pooled"]), len(gen["pooled"][0]) if gen["pooled"] else labels.size)
             if pooled.shape[0] != len(gen["token_sentence"]) or (pooled.size and pooled.shape[1] != labels.size):
                 raise Reject("bad_capture", f"pooled {pooled.shape} vs {len(gen['token_sentence'])} tokens x {labels.size} source tokens")
             if labels.size and not (-1 <= labels.min() and labels.max() < len(gen["units"])):
