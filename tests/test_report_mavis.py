@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 
 import duckdb
-import pyarrow as pa
 
 from conftest import run_stage
-from stages.core.tables import table_contract, table_schema, write_table
+from contract_rows import filled
+from stages.core.tables import write_table
 
 PERCENT = ("informativeness_f1", "completeness", "relevance", "groundedness_f1", "recall", "precision", "mauve")
 COUNTS = ("retrieved_text", "retrieved_image", "used_text", "used_image")
@@ -22,26 +22,6 @@ def _summary(model, split, setting, method, scoring, values, missing=None, note=
     return [{"model": model, "split": split, "setting": setting, "method": method, "scoring": scoring, "metric": metric, "value": value,
              "n": 0 if value is None else 2, "missing": (missing or {}).get(metric, 0), "note": note if metric == "mauve" else None}
             for metric, value in values.items()]
-
-
-def _filled(table: str, row: dict) -> dict:
-    """The row with every column the report does not read given a value its table's contract allows
-    (null where nullable, else the first allowed value, the range's low end, an empty list or text)."""
-    contract, out = table_contract(table), {}
-    for f in table_schema(table):
-        if f.name in row or f.name in contract.nullable:
-            out[f.name] = row.get(f.name)
-        elif f.name in contract.values:
-            out[f.name] = sorted(contract.values[f.name])[0]
-        elif pa.types.is_list(f.type):
-            out[f.name] = []
-        elif pa.types.is_boolean(f.type):
-            out[f.name] = False
-        elif pa.types.is_integer(f.type) or pa.types.is_floating(f.type):
-            out[f.name] = (contract.ranges.get(f.name) or (None, None))[0] or 0
-        else:
-            out[f.name] = f"{f.name} text"
-    return out
 
 
 def _tables():
@@ -87,7 +67,7 @@ def test_report_tables_coverage_and_db(tmp_path):
         for name, rows in by_table.items():
             path = tmp_path / model / f"{model}.parquet" if name == "responses" else tmp_path / model / f"{name}.parquet"
             path.parent.mkdir(exist_ok=True)
-            write_table(path, [_filled(f"mavis_eval_{name}", row) for row in rows], f"mavis_eval_{name}")
+            write_table(path, [filled(f"mavis_eval_{name}", row) for row in rows], f"mavis_eval_{name}")
             args.append(f"--input={name}={path}")
     # alpha's responses carry the generation stage's report sidecar; beta's has none (its model is read from the file name)
     (tmp_path / "alpha" / "alpha.parquet.report.json").write_text(json.dumps(
