@@ -14,6 +14,7 @@ from PIL import Image
 from werkzeug import Response
 
 from conftest import run_stage
+from stages.core.ids import content_id
 from stages.core.images import ImageStore
 from stages.core.tables import write_table
 
@@ -99,9 +100,9 @@ def stored_image(tmp_path) -> tuple[str, bytes]:
 
 
 def cached_row(sha, url):
-    """An images_cached row of a fact image (owner = the fact)."""
-    return {"id": f"img:{sha}", "ref_id": "imgref:1", "owner_id": "i1#0.0", "query_id": "i1#0.0", "position": 0, "url": url,
-            "final_url": url, "sha256": sha, "format": "jpeg", "source_format": "jpeg", "width": 120, "height": 90, "bytes": 1}
+    """An images_cached row of a fact image (owner = the fact); ref_id distinct per url, the key."""
+    return {"id": f"img:{sha}", "ref_id": content_id("imgref", "i1#0.0", url), "owner_id": "i1#0.0", "query_id": "i1#0.0", "position": 0,
+            "url": url, "final_url": url, "sha256": sha, "format": "jpeg", "source_format": "jpeg", "width": 120, "height": 90, "bytes": 1}
 
 
 def deduped_row(sha, url):

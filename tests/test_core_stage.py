@@ -201,3 +201,139 @@ def test_every_table_input_of_every_stage_names_its_columns():
             if spec.table:
                 table_schema(spec.table)  # the schema file exists and parses
             assert set(spec.column_params) <= set(stage.params), f"{name}: input {input_name!r}"
+
+
+# --- the table contract: nulls, declared values and ranges, keys (issue 32) ----------------------
+SCORED = """table: scored
+key: id
+columns:
+  id: string
+  modality: string
+  score: float64
+  note: string
+  tags: list<string>
+nullable: [note]
+values:
+  modality: [text, image]
+range:
+  score: [0, 1]
+pattern:
+  tags: "[a-z]+"
+"""
+
+
+@pytest.fixture
+def scored_dir(schema_dir):
+    (schema_dir / "scored.yaml").write_text(SCORED)
+    tables.table_schema.cache_clear()
+    return schema_dir
+
+
+def _scored(id_, modality="text", score=0.5, note=None, tags=("a",)):
+    return {"id": id_, "modality": modality, "score": score, "note": note, "tags": list(tags)}
+
+
+def _reading_stage(seen: list):
+    def run(ctx):
+        table = ctx.read("rows")
+        assert ctx.read("rows") is table  # read once: the rejects are written once
+        for row in table.to_pylist():
+            with ctx.item(row["id"]):
+                seen.append(row["id"])
+                ctx.write("out", [row])
+
+    return Stage("reader", "1", None, {"rows": Input("scored rows", many=True, table="scored")}, {"out": Output("scored", "kept")}, {},
+                 run=run)
+
+
+def test_rows_that_break_the_contract_are_rejected_before_the_stage_sees_them(tmp_path, scored_dir):
+    import pyarrow as pa
+
+    first = [_scored("a"), _scored(None), _scored("b", modality="audio"), _scored("c", score=float("nan")), _scored("d", score=7.0)]
+    second = [_scored("e", score=-3.0), _scored("a", score=0.9), _scored("f", tags=["x", None]), _scored("g", modality=None),
+              _scored(""), _scored("h", note="fine"), _scored("i", tags=["ok", "A1"])]
+    paths = []
+    for k, rows in enumerate((first, second)):  # two shards: the repeated key spans them
+        paths.append(tmp_path / f"in{k}.parquet")
+        pq.write_table(pa.Table.from_pylist(rows, schema=table_schema("scored")), paths[-1])
+    seen: list = []
+    out = tmp_path / "o" / "out.parquet"
+    _reading_stage(seen).main([*(f"--input=rows={p}" for p in paths), f"--output=out={out}"])
+    assert seen == ["a", "h"]
+    rejects = {(r["id"], r["reason"]): r["detail"] for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()}
+    assert rejects == {
+        ("in0.parquet row 1", "null_column"): "column 'id' is null (input 'rows', in0.parquet row 1)",
+        ("b", "bad_value"): "column 'modality' is 'audio', not one of ['image', 'text'] (input 'rows', in0.parquet row 2)",
+        ("c", "bad_value"): "column 'score' is nan, not in [0, 1] (input 'rows', in0.parquet row 3)",
+        ("d", "bad_value"): "column 'score' is 7.0, not in [0, 1] (input 'rows', in0.parquet row 4)",
+        ("e", "bad_value"): "column 'score' is -3.0, not in [0, 1] (input 'rows', in1.parquet row 0)",
+        ("a", "duplicate_id"): "key 'a' repeats row 0 (input 'rows', in1.parquet row 1)",
+        ("f", "null_column"): "column 'tags' holds a null item (input 'rows', in1.parquet row 2)",
+        ("g", "null_column"): "column 'modality' is null (input 'rows', in1.parquet row 3)",
+        ("in1.parquet row 4", "bad_value"): "key column 'id' is empty (input 'rows', in1.parquet row 4)",
+        ("i", "bad_value"): "column 'tags' holds 'A1', not matching '[a-z]+' (input 'rows', in1.parquet row 6)",
+    }
+    report = json.loads(Path(f"{out}.report.json").read_text())
+    assert (report["rows_in"], report["rows_out"], report["rejected"]) == (12, {"out": 2}, 10)
+    assert report["rejected_on_read"] == {"rows": 10}
+    assert report["rejected_by_reason"] == {"bad_value": 6, "duplicate_id": 1, "null_column": 3}
+
+
+def test_a_castable_column_type_is_cast_and_a_value_that_does_not_convert_fails_naming_it(tmp_path, scored_dir):
+    import pyarrow as pa
+
+    seen: list = []
+    table = pa.Table.from_pylist([_scored("a")], schema=table_schema("scored"))
+    wide = table.set_column(0, pa.field("id", pa.large_string()), table.column("id").cast(pa.large_string()))
+    pq.write_table(wide, tmp_path / "wide.parquet")
+    _reading_stage(seen).main([f"--input=rows={tmp_path / 'wide.parquet'}", f"--output=out={tmp_path / 'o' / 'out.parquet'}"])
+    assert seen == ["a"]
+    words = table.set_column(2, "score", pa.array(["high"]))
+    pq.write_table(words, tmp_path / "words.parquet")
+    with pytest.raises(SystemExit, match=r"input 'rows': .*words.parquet \(table 'scored'\): column 'score' is string, expected double"):
+        _reading_stage([]).main([f"--input=rows={tmp_path / 'words.parquet'}", f"--output=out={tmp_path / 'p' / 'out.parquet'}"])
+    assert not (tmp_path / "p").exists() or not any((tmp_path / "p").iterdir())
+
+
+def test_writing_a_row_the_contract_forbids_fails_in_one_line(tmp_path, scored_dir):
+    with pytest.raises(SchemaError, match=r"table 'scored': row 0 \(b\): bad_value: column 'score' is 2.0, not in \[0, 1\]"):
+        write_table(tmp_path / "t.parquet", [_scored("b", score=2.0)], "scored")
+
+    def run(ctx):
+        ctx.add_input()
+        ctx.write("out", [_scored(None)])
+
+    stage = Stage("writer", "1", None, {}, {"out": Output("scored", "rows")}, {}, run=run)
+    out = tmp_path / "o" / "out.parquet"
+    with pytest.raises(SystemExit, match=r"writer: error: cannot write: table 'scored': row 0 \(no key\): null_column: column 'id' is null"):
+        stage.main([f"--output=out={out}"])
+    assert list(out.parent.iterdir()) == []
+
+
+def test_a_key_repeated_across_write_batches_fails_at_the_commit(tmp_path, scored_dir):
+    def run(ctx):
+        writer = ctx.writer("out")
+        writer.batch_rows = 2
+        for id_ in ("a", "b", "c", "a"):
+            ctx.add_input()
+            writer.write(_scored(id_))
+
+    stage = Stage("writer", "1", None, {}, {"out": Output("scored", "rows")}, {}, run=run)
+    out = tmp_path / "o" / "out.parquet"
+    with pytest.raises(SystemExit, match=r"cannot write: table 'scored': row 3 \(a\): duplicate_id: key 'a' repeats row 0"):
+        stage.main([f"--output=out={out}"])
+    assert list(out.parent.iterdir()) == []
+
+
+def test_a_contract_naming_an_unknown_column_is_refused(scored_dir):
+    (scored_dir / "broken.yaml").write_text("table: broken\nkey: idd\ncolumns:\n  id: string\nrange:\n  id: [0, 1]\n")
+    with pytest.raises(SchemaError, match=r"broken.yaml: key names columns \['idd'\]"):
+        tables.table_contract("broken")
+
+
+def test_every_schema_file_states_a_valid_contract():
+    """Each schemas/tables file parses with its contract (key, nullable, values, range)."""
+    names = sorted(p.stem for p in tables.SCHEMA_DIR.glob("*.yaml"))
+    for name in names:
+        contract = tables.table_contract(name)
+        assert set(contract.key) <= set(contract.columns)

@@ -33,7 +33,7 @@ def test_table_3_through_the_cli(tmp_path):
     parquet = tmp_path / "rel" / "v1" / "parquet"
     instances = pq.read_table(parquet / "instances.parquet")
     split = pa.array(["test" if i == TOMATO else "train" for i in instances.column("id").to_pylist()])
-    pq.write_table(instances.append_column("split", split), parquet / "instances.parquet")
+    pq.write_table(instances.drop(["split"]).append_column("split", split), parquet / "instances.parquet")
     facts = {f["instance_id"]: f["fact_id"] for f in pq.read_table(parquet / "facts.parquet").to_pylist()}
     gold = [(TOMATO, "d:t1", True), (TOMATO, "d:i1", True), (TOMATO, "d:t2", False), (BIRD, "d:t3", True)]
     pq.write_table(pa.Table.from_pylist([{"fact_id": facts[i], "doc_id": d, "rank": 1, "query": "q", "score": 1.0, "entailed": e}
@@ -41,7 +41,8 @@ def test_table_3_through_the_cli(tmp_path):
     text = dict(TEXTS)
     queries = tmp_path / "queries.parquet"
     rows = [(TOMATO, 0, text["d:t1"]), (TOMATO, 1, text["d:t1"]), (BIRD, 0, text["d:t4"]), ("reddit:p9/c9", 0, "anything")]
-    write_table(queries, [{"id": f"mq:{i}:{k}", "model": "cand", "instance_id": i, "query_index": k, "query": q, "raw": q, "vision": False}
+    write_table(queries, [{"id": f"mq:{i}:{k}", "model": "cand", "instance_id": i, "split": "test" if i == TOMATO else "train",
+                           "query_index": k, "query": q, "raw": q, "vision": False}
                           for i, k, q in rows], "mavis_eval_queries")
     quality, summary = tmp_path / "quality.parquet", tmp_path / "summary.parquet"
     run_stage("mavis_retrieval_quality", f"--input=queries={queries}", f"--input=release={manifest}", f"--output=quality={quality}",

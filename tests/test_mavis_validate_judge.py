@@ -13,15 +13,15 @@ import pytest
 
 from conftest import run_stage
 from mavis_eval_fixtures import build_release
-from stages.core.tables import table_schema
+from contract_rows import filled
 from stages.core.tables import write_table as _write
 
 TOMATO = "reddit:p1/c1"
 
 
 def write_table(path, rows, table):
-    """Rows with the columns this test names, the others null."""
-    _write(path, [{c: row.get(c) for c in table_schema(table).names} for row in rows], table)
+    """Rows with the columns this test names, the others any value their contract allows."""
+    _write(path, [filled(table, row) for row in rows], table)
 
 
 def _judgement(jid, response, kind, score, ok=True, scoring="strict", sentence=0, doc=None, fact=None):

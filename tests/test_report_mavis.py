@@ -11,7 +11,8 @@ import json
 import duckdb
 
 from conftest import run_stage
-from stages.core.tables import table_schema, write_table
+from contract_rows import filled
+from stages.core.tables import write_table
 
 PERCENT = ("informativeness_f1", "completeness", "relevance", "groundedness_f1", "recall", "precision", "mauve")
 COUNTS = ("retrieved_text", "retrieved_image", "used_text", "used_image")
@@ -36,7 +37,7 @@ def _tables():
             "queries": [{"id": f"mq:a{i}", "model": "alpha", "instance_id": f"i{i}", "split": "test", "query_index": 0, "query": "q"}
                         for i in (1, 2)],
             "retrieved": [{"id": "mr:a", "model": "alpha", "instance_id": "i1", "setting": "text", "rank": 1, "doc_id": "d", "retriever": "minilm:x"}],
-            "responses": [{"id": f"mresp:a{i}", "model": "alpha", "instance_id": f"i{i}", "split": "test", "setting": "text", "method": m,
+            "responses": [{"id": f"mresp:a{i}" + ("" if m == "vanilla" else f":{m}"), "model": "alpha", "instance_id": f"i{i}", "split": "test", "setting": "text", "method": m,
                            "vision": False, "finish_reason": reason, "error": error} for i, m, reason, error in (
                                (1, "vanilla", "stop", None), (2, "vanilla", "length", None), (2, "cot", None, "empty: the model returned no text"))],
             "sentences": [{"id": "ms:a", "response_id": "mresp:a1", "model": "alpha", "sentence_index": 0}],
@@ -66,8 +67,7 @@ def test_report_tables_coverage_and_db(tmp_path):
         for name, rows in by_table.items():
             path = tmp_path / model / f"{model}.parquet" if name == "responses" else tmp_path / model / f"{name}.parquet"
             path.parent.mkdir(exist_ok=True)
-            columns = table_schema(f"mavis_eval_{name}").names  # columns the report does not read stay null
-            write_table(path, [{c: row.get(c) for c in columns} for row in rows], f"mavis_eval_{name}")
+            write_table(path, [filled(f"mavis_eval_{name}", row) for row in rows], f"mavis_eval_{name}")
             args.append(f"--input={name}={path}")
     # alpha's responses carry the generation stage's report sidecar; beta's has none (its model is read from the file name)
     (tmp_path / "alpha" / "alpha.parquet.report.json").write_text(json.dumps(

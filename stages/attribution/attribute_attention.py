@@ -15,7 +15,7 @@ stages/attribution/attribution.py). score_attribution scores it like any method.
 
 Input: generations (attr_generations). Output: citations (attr_citations, methods attention and
 attention_max), one row per summary sentence and method; the generations are the counted items.
-Rejects: bad_capture (the stored vectors do not match the source labels). Invariant: each
+Rejects: bad_capture (the stored vectors do not match the source labels, or a label names no unit). Invariant: each
 generation is written (its sentences) or rejected.
 """
 from __future__ import annotations
@@ -41,9 +41,13 @@ def run(ctx):
     for gen in ctx.read_rows("generations"):
         with ctx.item(gen["id"]):
             labels = np.asarray(gen["source_labels"], dtype=np.int64)
-            pooled = np.asarray(gen["pooled"], dtype=np.float32).reshape(len(gen["pooled"]), -1)
+            if len({len(row) for row in gen["pooled"]}) > 1:
+                raise Reject("bad_capture", f"pooled rows of different lengths {sorted({len(row) for row in gen['pooled']})}")
+            pooled = np.asarray(gen["pooled"], dtype=np.float32).reshape(len(gen["pooled"]), len(gen["pooled"][0]) if gen["pooled"] else labels.size)
             if pooled.shape[0] != len(gen["token_sentence"]) or (pooled.size and pooled.shape[1] != labels.size):
                 raise Reject("bad_capture", f"pooled {pooled.shape} vs {len(gen['token_sentence'])} tokens x {labels.size} source tokens")
+            if labels.size and not (-1 <= labels.min() and labels.max() < len(gen["units"])):
+                raise Reject("bad_capture", f"source labels {labels.min()}..{labels.max()} name no unit of {len(gen['units'])}")
             for method, aggregation in METHODS.items():
                 cited, scores = attribute(pooled, labels, gen["units"], gen["token_sentence"], len(gen["summary_sentences"]),
                                           k, tau, gen["mode"], aggregation)

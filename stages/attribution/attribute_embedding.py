@@ -13,7 +13,7 @@ baseline reads the image through CLIP, as in the seed). Without clip_weights an 
 fails the stage, unless clip_random (tests only: random weights, meaningless scores).
 
 Input: generations (attr_generations). Output: citations (attr_citations, method embedding), one
-row per summary sentence. Rejects: none per generation beyond a missing image file (image_missing).
+row per summary sentence. Rejects: none per generation beyond a missing or unreadable image file (image_missing).
 """
 from __future__ import annotations
 
@@ -88,15 +88,21 @@ def run(ctx):
         with ctx.item(gen["id"]):
             units, sources = _source_sentences(gen)
             summary = gen["summary_sentences"]
-            src = encoder.encode(sources, normalize_embeddings=True, convert_to_numpy=True)
-            out = encoder.encode(summary, normalize_embeddings=True, convert_to_numpy=True)
-            sim = out @ src.T
+            sim = np.zeros((len(summary), len(sources)), dtype=np.float32)  # nothing to compare when either side is empty
+            if summary and sources:
+                sim = (encoder.encode(summary, normalize_embeddings=True, convert_to_numpy=True)
+                       @ encoder.encode(sources, normalize_embeddings=True, convert_to_numpy=True).T)
             image_scores = None
             if gen["has_image"]:
                 path = items.get(gen["item_id"], {}).get("image")
                 if not path:
                     raise Reject("image_missing", f"item {gen['item_id']} has no image in the items input")
-                image_scores = clip.similarities(Image.open(path).convert("RGB"), summary)
+                try:
+                    with Image.open(path) as im:
+                        image = im.convert("RGB")
+                except (OSError, ValueError) as err:
+                    raise Reject("image_missing", f"item {gen['item_id']}: {path}: {type(err).__name__}: {err}") from None
+                image_scores = clip.similarities(image, summary) if summary else np.zeros(0, dtype=np.float32)
             chosen = choose(sim, params["threshold"], params["max_sources"], image_scores)
             chosen = [[units[int(u)] if u != IMG else IMG for u in c] for c in chosen]
             ctx.write("citations", [{

@@ -28,6 +28,8 @@ input) when given.
 
 Inputs: statements (citeeval_statements), ratings (citeeval_itercoe), coefficients (optional JSON).
 Outputs: distances (citeeval_editdist, one row per rating row).
+Rejects: unknown_statement (a rating of a statement not in statements), bad_edit (a strict edit that is
+not a DELETE or ADD of a citation for reason 1-3: citeeval_itercoe writes none).
 Params: coefficients.
 """
 from __future__ import annotations
@@ -35,7 +37,7 @@ from __future__ import annotations
 import json
 
 from stages.citeeval.citeeval import ACTIONS, ADD_REASONS, DELETE_REASONS, PUBLIC_COEFFICIENTS, eq3
-from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "2"
 
@@ -111,6 +113,11 @@ def run(ctx):
     citations = {s["id"]: s["citations"] for s in ctx.read_rows("statements")}
     for row in ctx.read_rows("ratings"):
         with ctx.item(row["id"]):
+            if row["id"] not in citations:
+                raise Reject("unknown_statement", "no statements row for this rating")
+            bad = [e for e in row["edits"] or [] if e["op"] not in ("DELETE", "ADD") or e["reason"] not in DELETE_REASONS or e["citation"] is None]
+            if bad:
+                raise Reject("bad_edit", f"edits {bad[:3]} are not DELETE/ADD of a citation for reason 1-3")
             cited = citations[row["id"]]
             counts, strict, ignored = dict.fromkeys(ACTIONS), None, None
             if row["edits"] is not None:

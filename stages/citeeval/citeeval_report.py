@@ -29,7 +29,7 @@ from pathlib import Path
 
 
 from stages.citeeval.citeeval import STATUSES
-from stages.core.release import check_row_counts, covered, load_parquet, md_table, portable_duckdb_file
+from stages.core.release import check_row_counts, covered, load_table, md_table, portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import atomic_write_bytes
 
@@ -120,7 +120,8 @@ def coverage(con, ctx) -> str:
         listed = "'" + path.replace("'", "''") + "'"
         model, n_resp, n_stmt = con.execute(
             f"select string_agg(distinct model, '; ' order by model), count(*), coalesce(sum(n_statements), 0) from read_parquet({listed}) "
-            "where scenario = 'full' and mode = 'strict'").fetchone()
+            "where scenario = 'full' and mode = 'strict' "  # the rows ctx.read kept: a contract reject stays out
+            "and id in (select id from responses where scenario = 'full' and mode = 'strict')").fetchone()
         ctx_report = contexts[i] if i < len(contexts) else {}
         itc_report = ratings[i] if i < len(ratings) else {}
         calls = sum(r.get("stats", {}).get("llm_calls", 0) for r in (ctx_report, itc_report))
@@ -143,7 +144,7 @@ def run(ctx):
     with portable_duckdb_file(ctx.output_path("db"), check=lambda tmp: check_row_counts(tmp, loaded)) as con:
         for name in (*TABLES, *DETAIL):
             if ctx.has_input(name):
-                loaded[name] = ctx.stats[f"{name}_rows"] = load_parquet(con, name, ctx.input_paths(name))
+                loaded[name] = ctx.stats[f"{name}_rows"] = load_table(con, name, ctx.read(name))
         models = [r[0] for r in con.execute("select distinct model from responses order by model").fetchall()]
         parts = [
             f"# {ctx.params['title']}",

@@ -1,6 +1,10 @@
 """Query tables for the retrieval stages: any Parquet table (a stage output) or JSON-lines file (a
-bundled sample) with an id column and a text column, read as (id, text) pairs."""
+bundled sample) with an id column and a text column, read as (id, text, where) rows. The columns
+are the caller's choice, so no table schema states their contract: `query_problem` does, with the
+runner's reasons (stages.core.tables.CONTRACT_REJECTS)."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.json as pajson
@@ -8,9 +12,11 @@ import pyarrow.json as pajson
 from .tables import read_tables
 
 
-def read_queries(paths: list[str], id_column: str, text_column: str) -> list[tuple[str, str]]:
-    """(id, text) for every row; raises ValueError naming the file when a column is missing."""
-    out: list[tuple[str, str]] = []
+def read_queries(paths: list[str], id_column: str, text_column: str) -> list[tuple[object, object, str]]:
+    """(id, text, where) for every row, `where` naming the file and row; a number is read as its
+    text (an integer id 7 as '7'), anything else as it is (`query_problem` judges it). Raises
+    ValueError naming the file when a column is missing."""
+    out: list[tuple[object, object, str]] = []
     for path in paths:
         try:
             table = pajson.read_json(path) if path.endswith((".jsonl", ".json")) else read_tables([path])
@@ -21,5 +27,23 @@ def read_queries(paths: list[str], id_column: str, text_column: str) -> list[tup
             raise ValueError(f"{path} has no column(s) {missing} (columns: {table.column_names})")
         ids = table.column(id_column).to_pylist()
         texts = table.column(text_column).to_pylist()
-        out.extend((str(i) if i is not None else "", t if isinstance(t, str) else "") for i, t in zip(ids, texts))
+        name = Path(path).name
+        out.extend((_text(i), _text(t), f"{name} row {n}") for n, (i, t) in enumerate(zip(ids, texts)))
     return out
+
+
+def _text(value):
+    return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def query_problem(query_id, text, id_column: str, text_column: str, where: str) -> tuple[str, str] | None:
+    """(reason, detail) when a query row cannot be asked: a null, empty or non-text id, a null or
+    non-text text."""
+    for column, value in ((id_column, query_id), (text_column, text)):
+        if value is None:
+            return "null_column", f"column {column!r} is null ({where})"
+        if not isinstance(value, str):
+            return "bad_value", f"column {column!r} is {str(value)[:200]!r}, not text ({where})"
+    if not query_id:
+        return "bad_value", f"key column {id_column!r} is empty ({where})"
+    return None

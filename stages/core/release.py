@@ -66,12 +66,20 @@ def portable_duckdb_file(path: str | os.PathLike, check: Callable[[str], None] |
         raise
 
 
-def load_parquet(con: duckdb.DuckDBPyConnection, name: str, paths: list[str]) -> int:
-    """Copy Parquet files into table `name` (columns unioned by name); returns their row count from
-    the Parquet footers, for `check_row_counts`."""
-    listed = ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
-    con.execute(f"create table {name} as select * from read_parquet([{listed}], union_by_name = true)")
-    return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+def load_table(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> int:
+    """Copy an input table (the rows `ctx.read` kept: its contract's rejects stay out) into table
+    `name`; returns its row count, for `check_row_counts`."""
+    con.register("loading", table)
+    con.execute(f"create table {name} as select * from loading")
+    con.unregister("loading")
+    return table.num_rows
+
+
+def insert_rows(con: duckdb.DuckDBPyConnection, sql: str, rows: list) -> None:
+    """`sql` (an insert with placeholders) once per row; no rows inserts nothing (DuckDB's
+    executemany refuses an empty list)."""
+    if rows:
+        con.executemany(sql, rows)
 
 
 def check_row_counts(path: str, expected: dict[str, int]) -> None:

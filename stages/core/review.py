@@ -93,20 +93,32 @@ def read_csv(path: str | Path) -> tuple[list[str], list[dict]]:
     return header, rows
 
 
-def read_sheet(path: str | Path, key: str, required: list[str], check: Callable[[dict], str | None] | None = None) -> list[dict]:
+def read_sheet(path: str | Path, key: str, required: list[str], check: Callable[[dict], str | None] | None = None,
+               item: tuple[str, ...] | None = None) -> list[dict]:
     """The rows of an edited sheet (each with its `line` number); fails naming the file and line
-    when the file is not a UTF-8 CSV, a required column is absent or `check(row)` returns a problem."""
+    when the file is not a UTF-8 CSV, a required column is absent or `check(row)` returns a problem.
+    The `item` columns (default: `key`) name one item: a row repeating an earlier row's item is
+    dropped when it says the same, and fails naming the item and both lines when it says something
+    else (two decisions for one item: neither is taken over the other)."""
     header, raw = read_csv(path)
     absent = [c for c in [key, *required] if c not in header]
     if absent:
         raise StageError(f"review sheet {path}: needs columns {[key, *required]}, lacks {absent} (has {header})")
-    rows = []
+    rows, first = [], {}
     for line, row in enumerate(raw, start=2):
         row = {k: v.strip() for k, v in row.items()}
         problem = check(row) if check else None
         if problem:
             raise StageError(f"review sheet {path}, line {line} ({row[key]}): {problem}")
-        rows.append({**row, "line": line})
+        name = tuple(row.get(c, "") for c in item or (key,))
+        if name in first:
+            earlier = first[name]
+            if {k: v for k, v in earlier.items() if k != "line"} != row:
+                raise StageError(f"review sheet {path}: {' / '.join(name)} is on line {earlier['line']} and again on line {line} "
+                                 "with different values; keep one")
+            continue
+        first[name] = {**row, "line": line}
+        rows.append(first[name])
     return rows
 
 

@@ -18,7 +18,10 @@ and runs alone:
         --params params.yaml          # or inline JSON: --params '{"min_answer_chars": 400}'
 
 Before `run(ctx)`, every file of every table input is checked against the input's declared
-table schema (`Input(..., table=...)`). `run(ctx)` reads inputs with `ctx.read`/`ctx.read_rows`,
+table schema (`Input(..., table=...)`). `ctx.read`/`ctx.read_rows` return the rows that keep the
+table's contract (key, nullable columns, values, ranges: stages/core/tables.py); the runner
+rejects the others with CONTRACT_REJECTS before the stage sees them, and the report counts them
+in rows in and rejected. `run(ctx)` reads inputs with `ctx.read`/`ctx.read_rows`,
 writes rows through `ctx.writer(name)`/`ctx.write(name, rows)`, and handles each input item in its
 scope, where raising `Reject(reason, detail)` drops it:
 
@@ -49,14 +52,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import yaml
 
 from .errors import StageError
 from .layout import PLAIN_NAME, LayoutError, stage_module
-from .tables import (REJECTS_SCHEMA, SchemaError, TableWriter, check_columns, commit_together, read_tables, stage_bytes,
-                     sweep_stale_temps, table_schema)
+from .tables import (REJECTS_CONTRACT, REJECTS_SCHEMA, SchemaError, TableWriter, check_columns, commit_together, contract_problems,
+                     read_tables, row_key, stage_bytes, sweep_stale_temps, table_contract, table_schema)
 
 log = logging.getLogger("citeforge")
 
@@ -318,6 +323,11 @@ class Context:
         self._rejects: TableWriter | None = None  # streamed: a harvest may reject millions of rows
         self.rejected_by_reason: collections.Counter[str] = collections.Counter()
         self.rows_in = 0
+        # Input rows the runner rejected for breaking their table's contract (CONTRACT_REJECTS):
+        # the stage never sees them, so its own counts (rows_in, rejected_by_reason, the
+        # invariant) leave them out; the report adds them to rows in and rejected.
+        self.contract_rejected: collections.Counter[tuple[str, str]] = collections.Counter()  # (input, reason) -> rows
+        self._read_cache: dict[str, pa.Table] = {}
         self._file_rows: collections.Counter[str] = collections.Counter()  # rows a file output holds
         self.stats: collections.Counter[str] = collections.Counter()  # extra figures for the report
         self.started_at = time.time()  # temps of our outputs older than this are a killed run's
@@ -368,12 +378,42 @@ class Context:
         return self._inputs[name][0]
 
     def read(self, name: str) -> pa.Table:
-        """The input's files as one table (checked by `check_inputs` before `run`), or an empty
-        table of its schema when an optional input has none."""
-        if not self._inputs.get(name):
-            spec = self.stage.inputs[name]
+        """The input's files as one table of the rows that keep their table's contract (the
+        columns cast to the declared types, checked by `check_inputs` before `run`), or an empty
+        table of its schema when an optional input has none. The first read rejects the other
+        rows (CONTRACT_REJECTS, each naming the column); later reads return the same table."""
+        if name not in self._read_cache:
+            self._read_cache[name] = self._read_checked(name)
+        return self._read_cache[name]
+
+    def _read_checked(self, name: str) -> pa.Table:
+        spec = self.stage.inputs[name]
+        paths = self._inputs.get(name)
+        if not paths:
             return (table_schema(spec.table) if spec.table else pa.schema([])).empty_table()
-        return read_tables(self._inputs[name])
+        try:
+            table = read_tables(paths, table_schema(spec.table) if spec.table else None, spec.table or name)
+        except SchemaError as err:
+            raise StageError(f"input {name!r}: {err}") from None
+        if not spec.table:  # the caller's table: its columns are the stage's to check
+            return table
+        contract = table_contract(spec.table)
+        problems = contract_problems(table, contract)
+        if not problems:
+            return table
+        ends = np.cumsum([pq.ParquetFile(path).metadata.num_rows for path in paths])  # where each file's rows end
+        ids, reasons, details = [], [], []
+        for row, reason, detail in problems:
+            at = int(np.searchsorted(ends, row, side="right"))
+            where = f"{Path(paths[at]).name} row {row - (ends[at - 1] if at else 0)}"
+            ids.append(row_key(table, contract, row) or where)
+            reasons.append(reason)
+            details.append(f"{detail} (input {name!r}, {where})")
+            self.contract_rejected[name, reason] += 1
+        self._write_rejects(ids, reasons, details)
+        keep = np.ones(table.num_rows, dtype=bool)
+        keep[[row for row, _, _ in problems]] = False
+        return table.filter(pa.array(keep))
 
     def check_inputs(self) -> None:
         """Every file of every table input holds its declared table's columns with their types,
@@ -426,25 +466,32 @@ class Context:
     def write(self, name: str, rows: list[dict] | pa.Table, index: int = 0) -> None:
         self.writer(name, index).write_many(rows)
 
-    def reject(self, item_id: str, reason: str, detail: str = "") -> None:
+    def _rejects_writer(self) -> TableWriter:
         if self._rejects is None:
-            self._rejects = TableWriter(f"{self.sidecar_base}.rejects.parquet", REJECTS_SCHEMA, "rejects")
-        self._rejects.write({"id": item_id, "stage": self.stage.name, "reason": reason, "detail": detail[:2000]})
+            self._rejects = TableWriter(f"{self.sidecar_base}.rejects.parquet", REJECTS_SCHEMA, "rejects", contract=REJECTS_CONTRACT)
+        return self._rejects
+
+    def reject(self, item_id: str, reason: str, detail: str = "") -> None:
+        self._rejects_writer().write({"id": item_id, "stage": self.stage.name, "reason": reason, "detail": detail[:2000]})
         self.rejected_by_reason[reason] += 1
 
     def reject_many(self, ids, reasons, details) -> None:
         """Rejects judged in bulk (a harvest's millions of lines), the same rows as one `reject`
         per item, written as one Arrow batch: per-row calls cost more than the judging. Each
         column is a list of strings or an Arrow string array."""
+        reasons = self._write_rejects(ids, reasons, details)
+        if reasons is not None:
+            for counted in pc.value_counts(reasons).to_pylist():
+                self.rejected_by_reason[counted["values"]] += counted["counts"]
+
+    def _write_rejects(self, ids, reasons, details) -> pa.Array | None:
+        """Write reject rows in one Arrow batch; returns the reasons as an Arrow array (None when empty)."""
         if not len(ids):
-            return
-        if self._rejects is None:
-            self._rejects = TableWriter(f"{self.sidecar_base}.rejects.parquet", REJECTS_SCHEMA, "rejects")
+            return None
         ids, reasons, details = (pa.array(column, pa.string()) for column in (ids, reasons, details))
         columns = [ids, pa.repeat(pa.scalar(self.stage.name), len(ids)), reasons, pc.utf8_slice_codeunits(details, 0, 2000)]
-        self._rejects.write_many(pa.Table.from_arrays(columns, schema=REJECTS_SCHEMA))
-        for counted in pc.value_counts(reasons).to_pylist():
-            self.rejected_by_reason[counted["values"]] += counted["counts"]
+        self._rejects_writer().write_many(pa.Table.from_arrays(columns, schema=REJECTS_SCHEMA))
+        return reasons
 
     @property
     def rejected(self) -> int:
@@ -478,21 +525,23 @@ class Context:
         self.check_inputs()
         staged = []
         try:
-            self.stage.run(self)
-            for name, spec in self.stage.outputs.items():  # every declared table exists, even if empty
-                if spec.table is not None:
-                    for index in range(len(self._outputs[name])):
-                        self.writer(name, index)
+            try:
+                self.stage.run(self)
+                for name, spec in self.stage.outputs.items():  # every declared table exists, even if empty
+                    if spec.table is not None:
+                        for index in range(len(self._outputs[name])):
+                            self.writer(name, index)
+                finished = [writer.finish() for writer in self._writers.values()]
+            except SchemaError as err:  # a row the stage's own output contract forbids: a bug, told in one line
+                raise StageError(f"cannot write: {err}") from None
             self.check_invariant()
-            if self._rejects is None:  # an empty sidecar still documents "nothing rejected"
-                self._rejects = TableWriter(f"{self.sidecar_base}.rejects.parquet", REJECTS_SCHEMA, "rejects")
             for name, spec in self.stage.outputs.items():
                 if spec.table is None:
                     for path in self._outputs[name]:
                         if not Path(path).exists():
                             raise StageError(f"output {name!r} was not written at {path}")
             report = self._report(started)
-            staged = [writer.finish() for writer in [*self._writers.values(), self._rejects]]
+            staged = [*finished, self._rejects_writer().finish()]  # an empty sidecar still documents "nothing rejected"
             staged.append((stage_bytes(f"{self.sidecar_base}.report.json", json.dumps(report, indent=2, default=str).encode()),
                            Path(f"{self.sidecar_base}.report.json")))
             try:
@@ -517,14 +566,21 @@ class Context:
         return paths + [Path(f"{base}.rejects.parquet"), Path(f"{base}.report.json")]
 
     def _report(self, started: float) -> dict:
+        on_read = sum(self.contract_rejected.values())
+        by_reason = self.rejected_by_reason.copy()
+        by_input: collections.Counter[str] = collections.Counter()
+        for (name, reason), n in self.contract_rejected.items():
+            by_reason[reason] += n
+            by_input[name] += n
         return {
             "stage": self.stage.name,
             "version": self.stage.version,
             "params": self.params,
-            "rows_in": self.rows_in,
+            "rows_in": self.rows_in + on_read,
             "rows_out": {name: self.rows_out(name) for name, spec in self.stage.outputs.items() if spec.table or self._file_rows[name]},
-            "rejected": self.rejected,
-            "rejected_by_reason": dict(sorted(self.rejected_by_reason.items())),
+            "rejected": self.rejected + on_read,
+            "rejected_by_reason": dict(sorted(by_reason.items())),
+            "rejected_on_read": dict(sorted(by_input.items())),  # input rows that broke their table's contract, by input
             "stats": dict(sorted(self.stats.items())),
             "seconds": round(time.monotonic() - started, 3),
         }

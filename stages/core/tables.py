@@ -10,9 +10,25 @@ Every table a stage writes has a schema file `schemas/tables/<table>.yaml`:
       comments: list<struct<id:string, score:int64>>
 
 Types: string, int32, int64, float32, float64, bool, binary, timestamp,
-list<T>, struct<name:T, ...>, map<K,V>. Writing checks the data against the schema, and a
-mismatch fails with the table and column named. Writes go to a temp file in the same folder and
-are renamed into place on commit, so a killed stage never leaves a partial table.
+list<T>, struct<name:T, ...>, map<K,V>.
+
+The file also states the table's contract beyond types (all optional):
+
+    key: id                         # the column(s) naming a row: unique and never null or empty
+    nullable: [body]                # the columns that may be null; every other column may not
+    values:                         # the allowed values of an enumerated column (of a list's items)
+      modality: [text, image]
+    range:                          # inclusive bounds of a numeric column (of a list's items);
+      score: [0, 1]                 # null = open; a ranged float is never NaN
+    pattern:                        # a regular expression each value (a list's item) matches in full
+      units: "[0-9]+|IMG"
+
+"Not null" covers a list's items too (a list column that may not be null holds no null item).
+Writing checks the data against the schema and the contract, and a mismatch fails with the table
+and column named (a stage that writes a row its own contract forbids is a bug). Reading through
+the runner (stages.core.stage.Context.read) rejects each input row that breaks the contract
+with one of CONTRACT_REJECTS, before the stage sees it. Writes go to a temp file in the same
+folder and are renamed into place on commit, so a killed stage never leaves a partial table.
 
 Temp files are `.<target name>.<random>.tmp` beside their target, locked (flock) while their
 writer lives. `commit_together` renames several at once, all or none; `sweep_stale_temps`
@@ -27,11 +43,14 @@ import re
 import secrets
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
@@ -88,8 +107,30 @@ def parse_type(spec: str) -> pa.DataType:
     raise SchemaError(f"unknown column type {spec!r}")
 
 
+# The runner's own reject reasons: an input row that breaks its table's contract never reaches
+# the stage. Every stage may write these besides the reasons it declares.
+CONTRACT_REJECTS = {
+    "null_column": "a column its table declares not null is null, or a list column holds a null item",
+    "bad_value": "a value outside its column's declared values or range, a NaN where a range is declared, or an empty key",
+    "duplicate_id": "the row's key (the table's declared key columns) repeats an earlier row of the input; the first is kept",
+}
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What a table promises beyond types (module docstring)."""
+
+    table: str
+    columns: tuple[str, ...]
+    key: tuple[str, ...] = ()
+    nullable: frozenset[str] = frozenset()
+    values: dict[str, frozenset] = field(default_factory=dict)
+    ranges: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    patterns: dict[str, str] = field(default_factory=dict)
+
+
 @lru_cache(maxsize=None)
-def table_schema(table: str) -> pa.Schema:
+def _load(table: str) -> tuple[pa.Schema, Contract]:
     path = SCHEMA_DIR / f"{table}.yaml"
     if not path.exists():
         raise SchemaError(f"no schema file for table {table!r} (expected {path})")
@@ -100,10 +141,157 @@ def table_schema(table: str) -> pa.Schema:
             fields.append(pa.field(column, parse_type(str(ctype))))
         except SchemaError as err:
             raise SchemaError(f"{path}: column {column!r}: {err}") from None
-    return pa.schema(fields, metadata={"citeforge.table": table})
+    schema = pa.schema(fields, metadata={"citeforge.table": table})
+    key = spec.get("key") or ()
+    key = (key,) if isinstance(key, str) else tuple(key)
+    contract = Contract(table, tuple(schema.names), key, frozenset(spec.get("nullable") or ()),
+                        {c: frozenset(v) for c, v in (spec.get("values") or {}).items()},
+                        {c: (lo, hi) for c, (lo, hi) in (spec.get("range") or {}).items()},
+                        {c: str(rx) for c, rx in (spec.get("pattern") or {}).items()})
+    for what, columns in (("key", contract.key), ("nullable", contract.nullable), ("values", contract.values),
+                          ("range", contract.ranges), ("pattern", contract.patterns)):
+        unknown = sorted(set(columns) - set(schema.names))
+        if unknown:
+            raise SchemaError(f"{path}: {what} names columns {unknown} that the table does not have")
+    clash = sorted(set(contract.key) & contract.nullable)
+    if clash:
+        raise SchemaError(f"{path}: key columns {clash} cannot be nullable")
+    for column in (*contract.values, *contract.ranges, *contract.patterns):
+        base = _item_type(schema.field(column).type)
+        if column in contract.ranges and not (pa.types.is_integer(base) or pa.types.is_floating(base)):
+            raise SchemaError(f"{path}: range of column {column!r}, which is {schema.field(column).type}, not numeric")
+        if column in contract.patterns and not pa.types.is_string(base):
+            raise SchemaError(f"{path}: pattern of column {column!r}, which is {schema.field(column).type}, not text")
+    return schema, contract
 
 
-REJECTS_SCHEMA = table_schema("rejects")  # every stage's <first output>.rejects.parquet
+def table_schema(table: str) -> pa.Schema:
+    return _load(table)[0]
+
+
+def table_contract(table: str) -> Contract:
+    return _load(table)[1]
+
+
+table_schema.cache_clear = _load.cache_clear  # tests that swap SCHEMA_DIR clear the one cache
+
+
+REJECTS_SCHEMA, REJECTS_CONTRACT = _load("rejects")  # every stage's <first output>.rejects.parquet
+
+
+def _item_type(dtype: pa.DataType) -> pa.DataType:
+    return dtype.value_type if pa.types.is_list(dtype) or pa.types.is_large_list(dtype) else dtype
+
+
+def _items(column: pa.ChunkedArray) -> tuple[pa.Array | pa.ChunkedArray, pa.Array | None]:
+    """(values, the row of each value): a list column's items with their parent rows, else the column."""
+    if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+        column = column.combine_chunks()  # one array: parent indices count from its first row
+        return pc.list_flatten(column), pc.list_parent_indices(column)
+    return column, None
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def contract_problems(table: pa.Table, contract: Contract) -> list[tuple[int, str, str]]:
+    """(row, reason, detail) for each row of `table` that breaks `contract`, its first problem only,
+    ordered by row: a null where none is allowed, then a value off its declared set or range (or an
+    empty key), then a key that repeats an earlier good row. Arrow compute over whole columns; only
+    the offending rows are looked at one by one."""
+    n = table.num_rows
+    taken = np.zeros(n, dtype=bool)  # rows that already have their problem
+    problems: list[tuple[int, str, str]] = []
+
+    def claim(rows, reason: str, describe) -> None:
+        rows = np.unique(np.asarray(rows, dtype=np.int64))
+        rows = rows[~taken[rows]]
+        if len(rows):
+            taken[rows] = True
+            problems.extend((int(r), reason, describe(int(r))) for r in rows)
+
+    for name in contract.columns:  # nulls
+        if name in contract.nullable:
+            continue
+        column = table.column(name)
+        if column.null_count:
+            claim(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False)), "null_column", lambda r, c=name: f"column {c!r} is null")
+        values, parents = _items(column)
+        if parents is not None and values.null_count:
+            rows = pc.filter(parents, values.is_null()).to_numpy()
+            claim(rows, "null_column", lambda r, c=name: f"column {c!r} holds a null item")
+    for name in contract.key:
+        column = table.column(name)
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            empty = pc.fill_null(pc.equal(column, ""), False)
+            claim(np.flatnonzero(empty.to_numpy(zero_copy_only=False)), "bad_value", lambda r, c=name: f"key column {c!r} is empty")
+    for name in contract.columns:  # declared values, ranges and patterns
+        allowed, bounds, pattern = contract.values.get(name), contract.ranges.get(name), contract.patterns.get(name)
+        if allowed is None and bounds is None and pattern is None:
+            continue
+        values, parents = _items(table.column(name))
+        bad = pa.array(np.zeros(len(values), dtype=bool))
+        if allowed is not None:
+            bad = pc.or_(bad, pc.and_(pc.is_valid(values), pc.invert(pc.is_in(values, value_set=pa.array(sorted(allowed), values.type)))))
+        if bounds is not None:
+            low, high = bounds
+            if pa.types.is_floating(values.type):
+                bad = pc.or_(bad, pc.is_nan(values))
+            if low is not None:
+                bad = pc.or_(bad, pc.less(values, low))
+            if high is not None:
+                bad = pc.or_(bad, pc.greater(values, high))
+        if pattern is not None:
+            bad = pc.or_(bad, pc.invert(pc.match_substring_regex(values, f"^(?:{pattern})$")))
+        bad = pc.fill_null(bad, False)
+        if pc.any(bad).as_py():
+            at = np.flatnonzero(bad.to_numpy(zero_copy_only=False))
+            rows = at if parents is None else parents.to_numpy()[at]
+            first = dict(zip(rows[::-1].tolist(), values.take(pa.array(at[::-1])).to_pylist()))  # the row's first bad value
+            want = " and ".join(w for w in (f"one of {sorted(allowed)}" if allowed is not None else "",
+                                            f"in [{bounds[0]}, {bounds[1]}]" if bounds is not None else "",
+                                            f"matching {pattern!r}" if pattern is not None else "") if w)
+            item = " holds" if parents is not None else " is"
+            claim(rows, "bad_value", lambda r, c=name: f"column {c!r}{item} {_show(first[r])}, not {want}")
+    if contract.key and n:
+        keys = table.select(list(contract.key)).append_column("__row", pa.array(np.arange(n)))
+        if taken.any():
+            keys = keys.filter(pa.array(~taken))
+        if _distinct(keys.select(list(contract.key))) < keys.num_rows:  # one hash pass; the common case ends here
+            groups = keys.group_by(list(contract.key), use_threads=False).aggregate([("__row", "min"), ("__row", "count")])
+            repeated = groups.filter(pc.greater(groups.column("__row_count"), 1))
+            first = np.zeros(n, dtype=bool)
+            first[groups.column("__row_min").to_numpy()] = True
+            first_of = {"|".join(map(str, (g[c] for c in contract.key))): g["__row_min"] for g in repeated.to_pylist()}
+            claim(np.flatnonzero(~taken & ~first), "duplicate_id",
+                  lambda r: f"key {row_key(table, contract, r)!r} repeats row {first_of[row_key(table, contract, r)]}")
+    return sorted(problems)
+
+
+def _distinct(keys: pa.Table) -> int:
+    """How many distinct rows `keys` holds."""
+    if keys.num_columns == 1:
+        return len(pc.unique(keys.column(0)))
+    return keys.group_by(keys.column_names, use_threads=False).aggregate([]).num_rows
+
+
+def row_key(table: pa.Table, contract: Contract, row: int) -> str | None:
+    """The row's key as one string (columns joined by '|'), None when a part is null or there is no key."""
+    parts = [table.column(c)[row].as_py() for c in contract.key]
+    if not parts or any(p is None for p in parts):
+        return None
+    return "|".join(map(str, parts))
+
+
+def check_contract(table: pa.Table, contract: Contract) -> None:
+    """Raise SchemaError naming the table, the first bad row (by its key) and the problem."""
+    problems = contract_problems(table, contract)
+    if problems:
+        row, reason, detail = problems[0]
+        more = f" (and {len(problems) - 1} more rows)" if len(problems) > 1 else ""
+        raise SchemaError(f"table {contract.table!r}: row {row} ({row_key(table, contract, row) or 'no key'}): {reason}: {detail}{more}")
 
 
 def to_arrow(rows: list[dict] | pa.Table, schema: pa.Schema, table: str) -> pa.Table:
@@ -168,12 +356,17 @@ def _first_bad(values: list, dtype: pa.DataType) -> tuple[int, object]:
 class TableWriter:
     """Streams row batches of one table into a temp Parquet file; `commit` renames it into place."""
 
-    def __init__(self, path: str | os.PathLike, schema: pa.Schema, table: str, batch_rows: int = 50_000):
+    def __init__(self, path: str | os.PathLike, schema: pa.Schema, table: str, batch_rows: int = 50_000, contract: Contract | None = None):
         self.path = Path(path)
         self.schema = schema
         self.table = table
         self.batch_rows = batch_rows
         self.rows_written = 0
+        # a schema from a schema file brings its contract; an ad-hoc schema (a cache's) has none
+        if contract is None:
+            contract = table_contract(table) if (schema.metadata or {}).get(b"citeforge.table") == table.encode() else Contract(table, ())
+        self.contract = contract
+        self._batches = 0
         self._pending: list[dict] = []
         self._fd, self._tmp = temp_beside(self.path)  # the fd holds the temp's lock until commit/abort
         self._writer = pq.ParquetWriter(self._tmp, schema, compression="zstd")
@@ -186,24 +379,31 @@ class TableWriter:
     def write_many(self, rows: Iterable[dict] | pa.Table) -> None:
         if isinstance(rows, pa.Table):
             self._flush()
-            table = to_arrow(rows, self.schema, self.table)
-            self._writer.write_table(table)
-            self.rows_written += table.num_rows
+            self._write_batch(to_arrow(rows, self.schema, self.table))
             return
         for row in rows:
             self.write(row)
 
     def _flush(self) -> None:
         if self._pending:
-            table = to_arrow(self._pending, self.schema, self.table)
-            self._writer.write_table(table)
-            self.rows_written += table.num_rows
+            self._write_batch(to_arrow(self._pending, self.schema, self.table))
             self._pending = []
 
+    def _write_batch(self, table: pa.Table) -> None:
+        check_contract(table, self.contract)
+        self._writer.write_table(table)
+        self.rows_written += table.num_rows
+        self._batches += 1
+
     def finish(self) -> tuple[Path, Path]:
-        """Complete the temp file; (temp, target) for `commit_together`."""
+        """Complete the temp file; (temp, target) for `commit_together`. A key repeated across
+        batches (each batch was checked alone) raises SchemaError."""
         self._flush()
         self._writer.close()
+        if self.contract.key and self._batches > 1:
+            keys = pq.read_table(self._tmp, columns=list(self.contract.key))
+            if _distinct(keys) < keys.num_rows:
+                check_contract(keys, Contract(self.table, self.contract.key, self.contract.key))
         os.chmod(self._tmp, 0o644)
         return self._tmp, self.path
 
@@ -252,17 +452,47 @@ def check_columns(path: str | os.PathLike, schema: pa.Schema, table: str, named:
         if index < 0:
             raise SchemaError(f"{path} (table {table!r}): column {field.name!r} is missing")
         got = found.field(index).type
-        if not got.equals(field.type):
+        if not got.equals(field.type) and not _castable(got, field.type):
             raise SchemaError(f"{path} (table {table!r}): column {field.name!r} is {got}, expected {field.type}")
 
 
-def read_tables(paths: list[str] | str) -> pa.Table:
-    """One Arrow table from one or many Parquet files (shards) of the same schema."""
+def _castable(got: pa.DataType, want: pa.DataType) -> bool:
+    """Arrow can cast `got` to `want` (an int64 column for an int32 one, a large string for a
+    string); whether every value fits is known only when the values are read."""
+    try:
+        pa.array([], got).cast(want)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return False
+    return True
+
+
+def read_tables(paths: list[str] | str, schema: pa.Schema | None = None, table: str = "") -> pa.Table:
+    """One Arrow table from one or many Parquet files (shards) of the same schema (an extra column
+    some shards lack is null in the others); with `schema`, each of its columns cast to its
+    declared type where a file holds another type. A value that does not convert (a string
+    'three' for an int64) raises SchemaError naming the file and column."""
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not paths:
         raise ValueError("read_tables needs at least one path")
-    tables = [pq.read_table(p) for p in paths]
-    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    tables = []
+    for path in paths:
+        data = pq.read_table(path)
+        for want in schema or []:
+            at = data.schema.get_field_index(want.name)
+            got = data.schema.field(at).type if at >= 0 else want.type
+            if not got.equals(want.type):
+                try:
+                    data = data.set_column(at, want, data.column(at).cast(want.type))
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
+                    raise SchemaError(f"{path} (table {table!r}): column {want.name!r} is {got}, expected {want.type}, "
+                                      f"and a value does not convert: {err}") from None
+        tables.append(data)
+    if len(tables) == 1:
+        return tables[0]
+    try:
+        return pa.concat_tables(tables, promote_options="default")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise SchemaError(f"{paths[0]} and the other files (table {table!r}) do not make one table: {err}") from None
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

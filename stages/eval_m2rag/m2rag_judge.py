@@ -27,9 +27,11 @@ no answer came, "schema: ..." when the judge's JSON was off its scale), and also
 (`invalid_answer`, reason and raw text): strict counts it as missing, never as 0; the reference
 mode reads a score only from a judge's JSON answer (stages.eval_m2rag.m2rag_eval.reference_score).
 
+Rejects: invalid_answer (above), bad_response (an output image names no input image, or two input
+images share a number: the row is not what m2rag_generate writes).
 Inputs: responses (m2rag_responses).
 Outputs: judgements (m2rag_judgements).
-Invariant (fan-out): rows written = judgements planned; rejects = the failed ones.
+Invariant (fan-out): rows written = judgements planned; rejects = the failed ones + bad responses.
 Params: judge (name recorded in rows), llm, vision, max_tokens, context_chars.
 """
 from __future__ import annotations
@@ -118,6 +120,10 @@ def run(ctx):
     plans = []
     for response in ctx.read_rows("responses"):
         with ctx.item(response["id"]):
+            inputs = [i["n"] for i in response["inputs"]]
+            unknown = sorted({o["n"] for o in response["output_images"]} - set(inputs))
+            if unknown or len(set(inputs)) < len(inputs):
+                raise Reject("bad_response", f"output images {unknown} name no input image" if unknown else f"input images numbered twice: {inputs}")
             plans.append(plan_first(response, params, vision))
     rows = [row for plan in plans for row in plan.rows]
     with LLMClient.from_params(params["llm"], stats=ctx.stats) as client:
@@ -173,7 +179,7 @@ def _same_length(n: int):
 
 def _planned_rows_written(ctx):
     failed = ctx.stats["judgements_failed"]
-    if ctx.rows_out("judgements") != ctx.stats["judgements_planned"] or ctx.rejected != failed:
+    if ctx.rows_out("judgements") != ctx.stats["judgements_planned"] or ctx.rejected != failed + ctx.rejected_by_reason["bad_response"]:
         return (f"{ctx.stats['judgements_planned']} judgements planned, {ctx.rows_out('judgements')} written; "
                 f"{failed} failed, {ctx.rejected} rejected")
     return None

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 
 from stages.eval_m2rag.m2rag_eval import IMAGE_METRICS, METRICS, aggregate, by_topic, response_scores
-from stages.core.release import check_row_counts, covered, load_parquet, md_table, portable_duckdb_file
+from stages.core.release import check_row_counts, covered, insert_rows, load_table, md_table, portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import atomic_write_bytes
 
@@ -89,16 +89,16 @@ def run(ctx):
     loaded: dict[str, int] = {}
     with portable_duckdb_file(ctx.output_path("db"), check=lambda tmp: check_row_counts(tmp, loaded)) as con:
         for name in ("responses", "judgements"):
-            loaded[name] = load_parquet(con, name, ctx.input_paths(name))
+            loaded[name] = load_table(con, name, ctx.read(name))
         con.execute("create table scores (response_id varchar, model varchar, approach varchar, query_id varchar, output_images int, "
                     "unresolved int, strict json, reference json)")
-        con.executemany("insert into scores values (?, ?, ?, ?, ?, ?, ?, ?)", [list(s.values()) for s in score_rows])
+        insert_rows(con, "insert into scores values (?, ?, ?, ?, ?, ?, ?, ?)", [list(s.values()) for s in score_rows])
         con.execute("create table summary (model varchar, approach varchar, scoring varchar, metric varchar, value double, missing int)")
         con.execute("create table topics (topic varchar, scoring varchar, model varchar, approach varchar, overall double)")
-        con.executemany("insert into topics values (?, ?, ?, ?, ?)", [
+        insert_rows(con, "insert into topics values (?, ?, ?, ?, ?)", [
             [topic, mode, *system, value] for mode in ("strict", "reference") for topic, entry in by_topic(topics, mode).items()
             for system, value in [*entry["systems"].items(), (("average", None), entry["average"])]])
-        con.executemany("insert into summary values (?, ?, ?, ?, ?, ?)", [
+        insert_rows(con, "insert into summary values (?, ?, ?, ?, ?, ?)", [
             [m, a, mode, metric, value, agg.get(f"{metric}_missing", 0)]
             for (m, a, mode), agg in summary.items() for metric, value in agg.items() if not metric.endswith("_missing")])
         usage = con.execute(

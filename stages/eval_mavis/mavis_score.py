@@ -32,7 +32,9 @@ Outputs: scores (mavis_eval_scores: one row per answer and scoring), summary (ma
 means per release split, setting, method, scoring and metric, with counts of scored and missing
 answers). The splits never mix: the test split (human-annotated, §3.2 Step 3) is the paper's
 numbers, another split asked for is summarised on its own.
-Invariant: score rows = 2 x responses (no rejects).
+Rejects: unknown_document (a sentence of any statement set or a strict support judgement names a
+document number the answer was not shown: the sentences or judgements do not belong to this response).
+Invariant: score rows = 2 x (responses - rejected).
 Params: mauve_featurizer, mauve_device, mauve_scaling, mauve_seed, mauve_max_text_length.
 """
 from __future__ import annotations
@@ -44,7 +46,7 @@ import numpy as np
 
 from stages.eval_mavis.mavis_eval import (GOLD_MIN_CHARS, SCORINGS, mauve_dropped, mauve_text, plain_text, reference_answer, reference_scores,
                                     reference_used, response_scores)
-from stages.core.stage import Input, Output, Param, Stage
+from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "2"
 QUALITY = ("completeness", "relevance", "informativeness_f1", "recall", "precision", "groundedness_f1")
@@ -161,24 +163,31 @@ def run(ctx):
         rows.sort(key=lambda s: s["sentence_index"])
     judged = _judged(ctx.read_rows("judgements"))
     responses = ctx.read_rows("responses")
-    rows = []
+    rows, scored = [], []
     for response in responses:
-        ctx.add_input()
-        ctx.stats["failed_generations"] += bool(response.get("error"))
-        rid = response["id"]
-        for scoring in SCORINGS:
-            entry = judged[(rid, scoring)]
-            values = strict_row(response, sentences[(rid, "strict")], entry) if scoring == "strict" else \
-                reference_row(response, sentences[(rid, "reference_grounding")], sentences[(rid, "reference_relevance")], entry)
-            rows.append({"response_id": rid, "model": response["model"], "instance_id": response["instance_id"],
-                         "split": response["split"], "setting": response["setting"], "method": response["method"], "scoring": scoring, **values,
-                         "n_facts": len(entry["facts"]), "failed_judge_calls": entry["failed"]})
+        with ctx.item(response["id"]):
+            rid = response["id"]
+            shown = {d["number"] for d in response["documents"]}
+            named = {n for name in ("strict", "reference_grounding", "reference_relevance") for s in sentences.get((rid, name), ()) for n in s["cited"]}
+            named |= {n for _, n in judged[(rid, "strict")]["support_doc"]}
+            if not named <= shown:
+                raise Reject("unknown_document", f"documents {sorted(named - shown, key=str)} are not among the "
+                                                 f"{len(shown)} the answer was shown")
+            scored.append(response)
+            ctx.stats["failed_generations"] += bool(response.get("error"))
+            for scoring in SCORINGS:
+                entry = judged[(rid, scoring)]
+                values = strict_row(response, sentences[(rid, "strict")], entry) if scoring == "strict" else \
+                    reference_row(response, sentences[(rid, "reference_grounding")], sentences[(rid, "reference_relevance")], entry)
+                rows.append({"response_id": rid, "model": response["model"], "instance_id": response["instance_id"],
+                             "split": response["split"], "setting": response["setting"], "method": response["method"], "scoring": scoring,
+                             **values, "n_facts": len(entry["facts"]), "failed_judge_calls": entry["failed"]})
     ctx.write("scores", rows)
     groups = collections.defaultdict(list)
     for row in rows:
         groups[(row["model"], row["split"], row["setting"], row["method"], row["scoring"])].append(row)
     by_group = collections.defaultdict(list)
-    for r in responses:
+    for r in scored:
         by_group[(r["model"], r["split"], r["setting"], r["method"])].append(r)
     featurize = sentence_featurizer()
     note = ENCODER_NOTE if params["mauve_featurizer"] == "sentence-encoder" else f"MAUVE over {params['mauve_featurizer']} features"
@@ -204,7 +213,7 @@ def run(ctx):
 
 
 def _invariant(ctx) -> str | None:
-    expected = len(SCORINGS) * ctx.rows_in
+    expected = len(SCORINGS) * (ctx.rows_in - ctx.rejected)
     return None if ctx.rows_out("scores") == expected else f"score rows {ctx.rows_out('scores')} != {expected}"
 
 

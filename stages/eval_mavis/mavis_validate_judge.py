@@ -102,7 +102,7 @@ def run(ctx):
     ctx.stats["label_sheet_rows"] = len(sheet)
     labelled = []
     if ctx.has_input("labels"):
-        for row in read_sheet(ctx.input_path("labels"), "judgement_id", ["human_score"]):
+        for row in read_sheet(ctx.input_path("labels"), "judgement_id", ["human_score"], item=("judgement_id", "annotator")):
             if not row["human_score"]:
                 ctx.stats["unlabelled_rows"] += 1
                 continue

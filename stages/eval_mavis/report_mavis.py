@@ -35,7 +35,7 @@ from pathlib import Path
 
 from stages.eval_mavis.mavis_eval import METHODS, SETTINGS
 from stages.core.plots import grouped_bars
-from stages.core.release import check_row_counts, covered, load_parquet, md_table, portable_duckdb_file
+from stages.core.release import check_row_counts, covered, insert_rows, load_table, md_table, portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Stage
 from stages.core.tables import atomic_write_bytes
 
@@ -181,14 +181,14 @@ def run(ctx):
     loaded: dict[str, int] = {}
     with portable_duckdb_file(ctx.output_path("db"), check=lambda tmp: check_row_counts(tmp, loaded)) as con:
         for name in TABLES:
-            loaded[name] = ctx.stats[f"{name}_rows"] = load_parquet(con, name, ctx.input_paths(name))
+            loaded[name] = ctx.stats[f"{name}_rows"] = load_table(con, name, ctx.read(name))
         for name in OPTIONAL:
             if ctx.has_input(name):
-                loaded[name] = ctx.stats[f"{name}_rows"] = load_parquet(con, name, ctx.input_paths(name))
+                loaded[name] = ctx.stats[f"{name}_rows"] = load_table(con, name, ctx.read(name))
         con.execute("create table coverage (model varchar, instances_with_queries bigint, instances_by_split varchar, answers_asked bigint, "
                     "responses bigint, failed_generations bigint, failed_by_reason json, rejected bigint, truncated bigint, "
                     "failed_judge_calls bigint, answers_with_missing_f1 bigint, retriever varchar, vision boolean)")
-        con.executemany("insert into coverage values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", coverage_rows(con, ctx.input_paths("responses")))
+        insert_rows(con, "insert into coverage values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", coverage_rows(con, ctx.input_paths("responses")))
         summary = {(r["model"], r["split"], r["setting"], r["method"], r["scoring"], r["metric"]): r for r in ctx.read_rows("summary")}
         order = {k: i for i, k in enumerate(SETTINGS + METHODS)}
         combos = sorted({k[:4] for k in summary}, key=lambda c: (c[1] != "test", c[1], c[0], order[c[2]], order[c[3]]))

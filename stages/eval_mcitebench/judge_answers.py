@@ -5,7 +5,8 @@ questions against the reference answer with Table 10 (plus the record's `meta_da
 when it has one); both give `answer_rating` 0 / 1 / 2, which score_mcitebench normalises to 0-100.
 A response that is blank is rated 0 without a call (status `empty_response`). A failed judge call
 writes no row: it is a reject (`invalid_answer`, raw answer and reason) and the response's
-accuracy is missing, never 0. An unknown question type is a reject (`bad_question_type`).
+accuracy is missing, never 0. An unknown question type is a reject (`bad_question_type`), a
+locating response whose meta_json is not a JSON object another (`bad_meta_json`).
 
 Inputs: responses (eval_responses).
 Outputs: judgements (eval_answer_judgements, one row per response).
@@ -25,7 +26,13 @@ PROMPTS = {"explanation": "mcitebench_judge_explanation", "locating": "mcitebenc
 def request_for(response: dict) -> LLMRequest:
     variables = {"question": response["question"], "reference": response["answer"], "response": response["response"]}
     if response["question_type"] == "locating":
-        variables["explanation"] = json.loads(response["meta_json"] or "{}").get("explanation", "")
+        try:
+            meta = json.loads(response["meta_json"] or "{}")
+        except ValueError as err:
+            raise Reject("bad_meta_json", f"meta_json is not JSON: {err}") from None
+        if not isinstance(meta, dict):
+            raise Reject("bad_meta_json", f"meta_json is a {type(meta).__name__}, not an object")
+        variables["explanation"] = str(meta.get("explanation") or "")
     return LLMRequest(id=response["id"], prompt=PROMPTS[response["question_type"]], variables=variables)
 
 

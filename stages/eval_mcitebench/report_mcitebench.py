@@ -38,7 +38,7 @@ from pathlib import Path
 
 from stages.eval_mcitebench.mcitebench_analyses import agreement_rows, ranking_agrees, rq2_rows, swap_rows
 from stages.core.plots import plt, save_png  # matplotlib without a display
-from stages.core.release import check_row_counts, covered, load_parquet, md_table, portable_duckdb_file
+from stages.core.release import check_row_counts, covered, insert_rows, load_table, md_table, portable_duckdb_file
 from stages.core.stage import Input, Output, Param, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
@@ -231,11 +231,11 @@ def run(ctx):
     with portable_duckdb_file(ctx.output_path("db"), check=lambda tmp: check_row_counts(tmp, loaded)) as con:
         for name in ("responses", "scores", "summary", "probe", *DETAIL, "swap_summary", "agreement"):
             if ctx.has_input(name):
-                loaded[name] = ctx.stats[f"{name}_rows"] = load_parquet(con, name, ctx.input_paths(name))
+                loaded[name] = ctx.stats[f"{name}_rows"] = load_table(con, name, ctx.read(name))
         con.execute("create table coverage (model varchar, questions_read bigint, responses bigint, failed_generations bigint, "
                     "failed_by_reason json, truncated bigint, scored bigint, missing_citation_f1 bigint, missing_accuracy bigint, "
                     "failed_judge_calls bigint, vision boolean, with_captions boolean)")
-        con.executemany("insert into coverage values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", coverage_rows(con, ctx.input_paths("responses")))
+        insert_rows(con, "insert into coverage values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", coverage_rows(con, ctx.input_paths("responses")))
         models = [r[0] for r in con.execute("select distinct model from scores order by model").fetchall()]
         setting = settings_of(con, models)
         by_mode: dict[str, dict] = {"strict": {}, "reference": {}}

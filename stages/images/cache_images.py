@@ -11,7 +11,8 @@ raster formats to JPEG, SVG rejected, pixel limit checked before decoding) and s
 sha256. Images that fail to be downloaded or converted are discarded, as in M2RAG, each with a
 reason: the fetch layer's (http_404, timeout, blocked_address, too_large, bad_content_type,
 not_in_archive, ...), not_an_image, broken_image, pixel_bomb, unsupported_format, plus bad_url
-(empty or non-http url) and duplicate_url (the same url twice in one owner's list).
+(empty or non-http url), duplicate_url (the same url twice in one owner's list), and the runner's
+null_column / bad_value for an owner or query id that is null or not a string.
 
 Input `warcs` (optional): the WARC files fetch mode `replay` answers from, so Snakemake sees them.
 Params: owner_column, url_column, query_column, store (image store root), fetch (the `fetch:`
@@ -94,6 +95,9 @@ def run(ctx) -> None:
         where = f"owner={owner} position={position} url={url}"
         result = results.get(url) if isinstance(url, str) else None
         with ctx.item(ref_id):
+            for column, value in ((p["owner_column"], owner), (p["query_column"] or p["owner_column"], query)):
+                if not isinstance(value, str):  # the table is the caller's: no schema declares these columns not null
+                    raise Reject("null_column" if value is None else "bad_value", f"{where}: column {column!r} is {value!r}, not an id")
             if ref_id in seen:  # whatever became of the first listing, kept or rejected
                 raise Reject("duplicate_url", f"{where}: already listed earlier by this owner")
             seen.add(ref_id)

@@ -127,7 +127,7 @@ def run(ctx) -> None:
                 raise Reject("too_many_pixels", f"{where}: {pixels} >= {p['max_pixels']} pixels")
             if row["bytes"] < p["min_bytes"]:
                 raise Reject("small_file", f"{where}: < {p['min_bytes']} bytes")
-            if texts.get(row[p["text_key"]]) is None:
+            if not isinstance(texts.get(row[p["text_key"]]), str):  # absent, null, or not text in the caller's table
                 raise Reject("no_text", f"{row['id']}: no {p['text_column']} for {p['text_key']}={row[p['text_key']]}")
             sized.append(row)
 

@@ -10,16 +10,18 @@ classified "Others" (category 11) alone are never sampled. A topic with fewer th
 `short_category_<id>` = queries it had, `short_categories`); the release card lists them.
 The seed leaves the handling of multi-topic queries open: this draw-once rule is ours.
 
-Input: `classified_queries` (m2rag_classified_queries, every shard). Output: `sampled_queries`
+Input: `classified_queries` (m2rag_classified_queries, every shard; a query id repeated across
+the shards is the runner's `duplicate_id` reject). Output: `sampled_queries`
 (m2rag_sampled_queries): the input columns plus sample_category, ordered by (sample_category, id).
-No rejects: queries not drawn are counted (stats `not_sampled`, `others_only`).
-Invariant: queries in = sampled + not_sampled + others_only.
+Queries not drawn are counted (stats `not_sampled`, `others_only`); a query with no category at
+all (not even 11) is rejected `no_categories`, never counted as Others.
+Invariant: queries in = sampled + not_sampled + others_only + rejected.
 """
 from __future__ import annotations
 
 import random
 
-from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "1"
 OTHERS = 11
@@ -30,7 +32,7 @@ def draw(queries: list[dict], per_category: int, seed: int) -> tuple[list[dict],
     taken: set[str] = set()
     sampled, short = [], {}
     for topic in range(1, OTHERS):
-        pool = sorted((q for q in queries if topic in (q["categories"] or []) and q["id"] not in taken), key=lambda q: q["id"])
+        pool = sorted((q for q in queries if topic in q["categories"] and q["id"] not in taken), key=lambda q: q["id"])
         random.Random(f"{seed}:{topic}").shuffle(pool)
         if len(pool) < per_category:
             short[topic] = len(pool)
@@ -42,14 +44,15 @@ def draw(queries: list[dict], per_category: int, seed: int) -> tuple[list[dict],
 
 def run(ctx) -> None:
     p = ctx.params
-    queries = ctx.read_rows("classified_queries")
-    ctx.add_input(len(queries))
-    ids = [q["id"] for q in queries]
-    if len(set(ids)) != len(ids):
-        raise StageError(f"classified_queries: {len(ids) - len(set(ids))} duplicate query ids across the shards")
+    queries = []
+    for query in ctx.read_rows("classified_queries"):
+        with ctx.item(query["id"]):
+            if not query["categories"]:
+                raise Reject("no_categories", "the classification named no category, not even 11 (Others)")
+            queries.append(query)
     sampled, short = draw(queries, p["per_category"], p["seed"])
     ctx.write("sampled_queries", sampled)
-    others = sum(1 for q in queries if set(q["categories"] or []) <= {OTHERS})
+    others = sum(1 for q in queries if set(q["categories"]) <= {OTHERS})
     ctx.stats["sampled"] = len(sampled)
     ctx.stats["others_only"] = others
     ctx.stats["not_sampled"] = len(queries) - len(sampled) - others
@@ -60,8 +63,9 @@ def run(ctx) -> None:
 
 def invariant(ctx) -> str | None:
     s = ctx.stats
-    if ctx.rows_in != s["sampled"] + s["not_sampled"] + s["others_only"]:
-        return f"queries in {ctx.rows_in} != sampled {s['sampled']} + not sampled {s['not_sampled']} + others only {s['others_only']}"
+    if ctx.rows_in != s["sampled"] + s["not_sampled"] + s["others_only"] + ctx.rejected:
+        return (f"queries in {ctx.rows_in} != sampled {s['sampled']} + not sampled {s['not_sampled']} + others only "
+                f"{s['others_only']} + rejected {ctx.rejected}")
     return None
 
 

@@ -11,8 +11,10 @@ not from the record).
 Inputs `fact_documents` (mavis_fact_documents), `scores` (mavis_entailment_scores, both modalities).
 Output `judged` (mavis_judged_documents): one row per scored pair, ordered by fact, modality, rank.
 Pairs without a score were rejected by the entailment stages (their rejects say why) and are not
-inputs here. Rejects (per score row): unknown_pair (a score of a pair retrieve_fact_documents did
-not list), duplicate_score.
+inputs here. The tables' contracts reject, before this stage reads them, a score that is null,
+NaN or outside [0, 1], a modality other than text and image, and a pair scored twice
+(`null_column`, `bad_value`, `duplicate_id`). Rejects (per score row): unknown_pair (a score of a
+pair retrieve_fact_documents did not list).
 Invariant: scores in = judged rows + rejected.
 """
 from __future__ import annotations
@@ -26,15 +28,12 @@ def run(ctx) -> None:
     p = ctx.params
     pairs = {(r["fact_id"], r["doc_id"]): r for r in ctx.read_rows("fact_documents")}
     thresholds = {"text": p["text_threshold"], "image": p["image_threshold"]}
-    seen, rows = set(), []
+    rows = []
     for s in ctx.read_rows("scores"):
         key = (s["fact_id"], s["doc_id"])
         with ctx.item(f"{s['fact_id']}|{s['doc_id']}"):
             if key not in pairs:
                 raise Reject("unknown_pair", "no fact_documents row for this score")
-            if key in seen:
-                raise Reject("duplicate_score", f"the pair was scored twice ({s['modality']})")
-            seen.add(key)
             pair = pairs[key]
             rows.append({**pair, "modality": s["modality"], "score": s["score"], "mode": s["mode"],
                          "entailed": s["score"] >= thresholds[s["modality"]]})

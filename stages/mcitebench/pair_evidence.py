@@ -140,7 +140,7 @@ def sheet_rows(qa: dict, index: PaperIndex) -> list[dict]:
 
 def read_pairing_review(path: str) -> dict[tuple[str, str], list[str]]:
     """(question id, reference) -> element ids ([] = drop the reference) from an edited pairing sheet."""
-    rows = read_sheet(path, "question_id", ["reference", "elements"])
+    rows = read_sheet(path, "question_id", ["reference", "elements"], item=("question_id", "reference"))
     return {(r["question_id"], r["reference"]): ([] if r["elements"].lower() == "none" else r["elements"].split())
             for r in rows if r["elements"]}
 

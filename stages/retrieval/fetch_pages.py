@@ -22,7 +22,8 @@ PDF, an image), `empty_page` (no bytes), `undecodable` (not valid in its declare
 not UTF-8 when none is declared), `broken_html` (binary or markup-less data served as HTML),
 `no_content` (the reader found no main text), `reader_error` (the reader API's reply is not its
 JSON, or not of its shape `READER_REPLY`: a title or url that is a number), `bad_url` (the page url
-does not parse, `http://[::1`). Invariant: page rows in = pages + rejected.
+does not parse, `http://[::1`), `duplicate_page` (a second result row of one query with the same
+url: one page id). Invariant: page rows in = pages + rejected.
 """
 from __future__ import annotations
 
@@ -140,9 +141,13 @@ def run(ctx) -> None:
         ctx.stats[f"fetch_{key_}"] = value
 
     writer = ctx.writer("pages")
+    written: set[str] = set()
     for row in rows:
         page_id = content_id("page", row["query_id"], row["url"])
         with ctx.item(page_id):
+            if page_id in written:  # two results of one query with one url (crafted input: search_web drops repeats)
+                raise Reject("duplicate_page", f"query={row['query_id']}: {row['url']} is result {row['id']} and an earlier one")
+            written.add(page_id)
             read_result = read_by_url[row["url"]]
             if isinstance(read_result, Reject):
                 raise Reject(read_result.reason, f"query={row['query_id']}: {read_result.detail}")

@@ -9,13 +9,14 @@ lists are merged by score (ties: lower shard, then earlier passage) into the fin
 sharded Lucene index.
 
 Output `passages` (retrieval_passages): (query_id, rank, passage_id, score, text, shard).
-Rejects: `empty_query` (no text), `duplicate_query`, `no_match` (no passage shares a term with
+Rejects: `null_column`, `bad_value` (a null, empty or non-text id, a null or non-text text: the
+runner's contract reasons, stages.core.queries), `empty_query` (blank text), `duplicate_query`, `no_match` (no passage shares a term with
 the query). Invariant: queries in = queries with passages + rejected.
 """
 from __future__ import annotations
 
 from stages.core.ids import content_id
-from stages.core.queries import read_queries
+from stages.core.queries import query_problem, read_queries
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.text_index import ShardIndex, merge_topk
 
@@ -39,8 +40,11 @@ def run(ctx) -> None:
 
     seen: set[str] = set()
     asked: list[tuple[str, str]] = []
-    for query_id, text in queries:
-        with ctx.item(query_id or "(no id)"):
+    for query_id, text, where in queries:
+        with ctx.item(query_id if isinstance(query_id, str) and query_id else where):
+            problem = query_problem(query_id, text, p["id_column"], p["text_column"], where)
+            if problem:
+                raise Reject(*problem)
             if query_id in seen:
                 raise Reject("duplicate_query", f"query id {query_id!r} appears again: the first row is asked")
             seen.add(query_id)

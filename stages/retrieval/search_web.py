@@ -15,12 +15,14 @@ reads only its WARC, so it reproduces the recorded run exactly).
 Output `results` (retrieval_search_results): one row per (query, kind, rank); ids are
 `result:<16 hex>` of (query id, kind, url).
 
-Rejects: `empty_query` (no text), `duplicate_query` (an id seen before), `no_results` (the provider
-answered and found nothing of any asked kind), `http_<status>` (the provider refused this query's
-request: 414 for a query too long for a url, 400...), `bad_answer` (the provider's JSON for this
-query is not of its API's shape: a url that is a number, a title that is an object). Quota,
-rate-limit and key errors, an unreachable provider, a reply that is not JSON and a replay archive
-missing a request stop the job with one line naming the provider: never an empty result.
+Rejects: `null_column`, `bad_value` (a null, empty or non-text id, a null or non-text text: the
+runner's contract reasons, stages.core.queries), `empty_query` (blank text), `duplicate_query` (an
+id seen before), `no_results` (the provider answered and found nothing of any asked kind),
+`http_<status>` (the provider refused this query's request: 414 for a query too long for a url,
+400...), `bad_answer` (the provider's JSON for this query is not of its API's shape: a url that is a
+number, a title that is an object). Quota, rate-limit and key errors, an unreachable provider, a
+reply that is not JSON and a replay archive missing a request stop the job with one line naming the
+provider: never an empty result.
 Invariant: queries in = queries with results + rejected.
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 from stages.core.fetch import FETCH_PARAMS, Fetcher, stage_fetch_settings
 from stages.core.ids import content_id
-from stages.core.queries import read_queries
+from stages.core.queries import query_problem, read_queries
 from stages.core.search import SEARCH_PARAMS, SearchCache, SearchFailed, make_provider
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
@@ -54,8 +56,11 @@ def run(ctx) -> None:
     writer = ctx.writer("results")
     seen: set[str] = set()
     with fetcher:
-        for query_id, text in queries:
-            with ctx.item(query_id or "(no id)"):
+        for query_id, text, where in queries:
+            with ctx.item(query_id if isinstance(query_id, str) and query_id else where):
+                problem = query_problem(query_id, text, p["id_column"], p["text_column"], where)
+                if problem:
+                    raise Reject(*problem)
                 if query_id in seen:
                     raise Reject("duplicate_query", f"query id {query_id!r} appears again: the first row is searched")
                 seen.add(query_id)
