@@ -168,7 +168,7 @@ def test_mauve_on_precomputed_features_is_the_package_value():
 
 
 def test_top_k_breaks_ties_by_document_id_within_the_setting():
-    from stages.core.mavis_retrievers import top_k
+    from stages.eval_mavis.mavis_retrievers import top_k
 
     scores = np.array([0.5, 0.9, 0.5, 0.1, 0.9])  # documents sorted by id: index order is id order
     assert top_k(scores, np.arange(5), 3) == [1, 4, 0]

@@ -8,7 +8,7 @@ database (text and images in one list, as Multi-RAG).
 - Gold: the instance's documents that `fact_documents` marks entailed for one of its facts (the
   release's ground truth; on the annotated test split the humans' decisions).
 - Ranking: every document of the release by cosine similarity, ties by document id
-  (stages.core.mavis_retrievers.top_k), as each retriever in `retrievers` embeds them.
+  (stages.eval_mavis.mavis_retrievers.top_k), as each retriever in `retrievers` embeds them.
 - Metrics as MARVEL's retrieval.py computes them with pytrec_eval (the seed's retrieval script):
   binary gains, NDCG@k = sum over the top k of rel_r / log2(r + 1) divided by the same sum for the
   gold documents ranked first; Recall@k = gold documents in the top k / gold documents; each averaged
@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from stages.eval_mavis.mavis_eval import load_release, positives, release_folder
-from stages.core.mavis_retrievers import RETRIEVERS, top_k
+from stages.eval_mavis.mavis_retrievers import RETRIEVERS, top_k
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "1"
@@ -111,7 +111,7 @@ STAGE = Stage(
         "summary": Output("mavis_eval_retrieval_summary", "the means per model, retriever and split (Table 3)", counted=False),
     },
     params={
-        "retrievers": Param(list, ["minilm"], "retrievers to compare (stages/core/mavis_retrievers.py): minilm (offline; images by "
+        "retrievers": Param(list, ["minilm"], "retrievers to compare (stages/eval_mavis/mavis_retrievers.py): minilm (offline; images by "
                                               "their text stand-in), clip (images by pixels; give clip_weights)",
                             items=Param(str, choices=tuple(RETRIEVERS)), min=1),
         "ndcg_k": Param(int, 10, "cut-off of NDCG (Table 3: 10)", min=1),

@@ -3,7 +3,7 @@ the top K documents per search query in three settings, Text-RAG (text passages 
 (images only) and Multi-RAG (both in one database).
 
 The seed uses MM-Embed on a GPU over 2.5M documents; here the database is the release's
-`documents` table and the retriever is pluggable (stages/core/mavis_retrievers.py), one embedding
+`documents` table and the retriever is pluggable (stages/eval_mavis/mavis_retrievers.py), one embedding
 space per run so Multi-RAG ranks text and images in one list: `minilm` (the offline default,
 images through their text stand-in, which every row's `retriever` records) or `clip` (images by
 their pixels).
@@ -24,7 +24,7 @@ import numpy as np
 
 from stages.core.ids import content_id
 from stages.eval_mavis.mavis_eval import SETTINGS, load_release, release_folder
-from stages.core.mavis_retrievers import RETRIEVERS, top_k
+from stages.eval_mavis.mavis_retrievers import RETRIEVERS, top_k
 from stages.core.stage import Input, Output, Param, Stage
 
 VERSION = "1"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .stage import StageError
-from .text_index import load_encoder
+from stages.core.stage import StageError
+from stages.core.text_index import load_encoder
 
 
 class MiniLM:
