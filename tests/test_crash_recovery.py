@@ -189,7 +189,7 @@ def test_kill_under_forcerun_then_the_readme_crash_command(tmp_path):
         assert all(p.exists() and Path(f"{p}.rejects.parquet").exists() for p in filtered)
         assert all(Path(f"{p}.report.json").stat().st_mtime > built_at for p in filtered)
         assert all(p.stat().st_mtime > built_at for p in classified), "the tables downstream of the killed rule were not rebuilt"
-        assert min(p.stat().st_mtime for p in classified) >= max(p.stat().st_mtime for p in filtered)
+        assert all(c.stat().st_mtime >= f.stat().st_mtime for c, f in zip(classified, filtered))  # each shard from its new input
         assert (work / RUN / "release_m2rag/release.json").stat().st_mtime > built_at
         assert release_version(work) == version  # the same model answers: the same release
         leftovers = [p for p in (work / "data").rglob("*") if p.name.startswith(".") or p.name.endswith(".tmp")]
