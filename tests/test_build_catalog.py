@@ -40,6 +40,26 @@ def test_catalog_views_answer_from_another_folder(tmp_path):
     assert report["stats"]["views"] == 1
 
 
+def test_reject_reasons_explain_every_declared_reason_of_the_stages_that_ran(tmp_path):
+    """`<family>.reject_reasons` lists what the family's stages declare, rejected or not, with meanings."""
+    import duckdb
+
+    from stages.core.declarations import load_manifest
+
+    run = tmp_path / "runs" / "demo"
+    comments = run / "mavis" / "harvest_pushshift" / "comments.00000.parquet"
+    write_table(comments, [{"id": "reddit:c1", "post_id": "reddit:p", "body": "b", "score": 1, "author": "a", "created_utc": 1}], "reddit_comments")
+    (run / "mavis" / "harvest_pushshift" / "comments.00000.parquet.report.json").write_text(json.dumps(
+        {"stage": "harvest_pushshift", "rows_in": 2, "rows_out": {"comments": 1}, "rejected": 1, "rejected_by_reason": {"nsfw": 1}, "seconds": 1.0}))
+    catalog = run / "catalog.duckdb"
+    run_stage("build_catalog", f"--input=tables={comments}", f"--output=catalog={catalog}")
+    con = duckdb.connect(str(catalog), read_only=True)
+    declared = load_manifest()["harvest_pushshift"]["rejects"]
+    assert con.execute("select reason, meaning from mavis.reject_reasons where stage = 'harvest_pushshift' order by reason").fetchall() == sorted(declared.items())
+    assert con.execute("select count(*) from mavis.reject_reasons where stage <> 'harvest_pushshift'").fetchone()[0] == 0
+    assert "nsfw" in declared and "truncated_frame" in declared  # every declared reason, not only those rejected
+
+
 def test_evaluation_tables_are_inputs_like_stage_outputs(tmp_path):
     """An evaluation output in the run layout gets its view under its own schema (eval_mavis); which
     ones the catalog reads is the rule's choice (rules/catalog.smk _catalog_tables: all of them

@@ -9,7 +9,9 @@ import pytest
 
 from stages.core import tables
 from stages.core.ids import content_id, shard_of
-from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.declarations import declared_meaning
+from stages.core.prompts import PromptError, PromptLibrary
+from stages.core.stage import Context, Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import SchemaError, parse_type, table_schema, write_table
 
 
@@ -36,6 +38,7 @@ def _stage(run, invariant=None):
         params={"k": Param(int, 2, "multiplier"), "label": Param(str, help="required label")},
         run=run,
         invariant=invariant,
+        rejects={"too_big": "n is above the limit"},
     )
 
 
@@ -135,8 +138,71 @@ def test_help_lists_inputs_outputs_params(capsys, schema_dir):
     with pytest.raises(SystemExit):
         _stage(lambda ctx: None).main(["--help"])
     text = capsys.readouterr().out
-    for expected in ("Make things.", "seed", "a seed file", "table things", "k ", "int [2]: multiplier", "label", "required"):
+    for expected in ("Make things.", "seed", "a seed file", "table things", "k ", "int [2]: multiplier", "label", "required",
+                     "reject reasons:", "too_big", "n is above the limit"):
         assert expected in text
+
+
+@pytest.mark.parametrize("how", ["raise", "reject", "reject_many"])
+def test_an_undeclared_reject_reason_fails_the_stage(tmp_path, schema_dir, how):
+    """Rejecting with a reason the stage does not declare stops it with one line naming the stage
+    and the reason, and leaves no output, whichever way the reject is made."""
+    def run(ctx):
+        for row in _rows(3):
+            with ctx.item(row["id"]):
+                if row["n"] == 0:
+                    raise Reject("too_big", "declared: fine")
+                if row["n"] == 1:
+                    if how == "raise":
+                        raise Reject("too_small", "n=1")
+                    if how == "reject":
+                        ctx.reject(row["id"], "too_small", "n=1")
+                    else:
+                        ctx.reject_many([row["id"], "t9"], ["too_big", "too_small"], ["", "n=1"])
+                ctx.write("out", [row])
+
+    out = tmp_path / "o" / "things.parquet"
+    with pytest.raises(SystemExit) as failed:
+        _stage(run).main(["--output", f"out={out}", "--param", "label=x"])
+    assert str(failed.value) == ("things: error: stage things rejected an item with undeclared reason 'too_small'; "
+                                 "declare it in STAGE.rejects")
+    assert list(out.parent.iterdir()) == []
+
+
+def test_a_declared_pattern_reason_covers_its_codes(tmp_path, schema_dir):
+    """`http_<status>` declares the fetch layer's http_404, http_503...: digits only."""
+    def run(ctx):
+        ctx.reject_many(["a", "b"], ["http_404", "http_503"], ["", ""])
+        ctx.add_input(3)
+        with ctx.item("c", counted=False):
+            raise Reject("http_4x4")
+
+    stage = Stage("fetcher", "1", None, {}, {"out": Output("things")}, {}, run=run,
+                  rejects={"http_<status>": "the server answered this HTTP error status"})
+    with pytest.raises(StageError, match="undeclared reason 'http_4x4'"):
+        Context(stage, {}, {"out": [str(tmp_path / "f.parquet")]}, {}).execute()
+    assert declared_meaning(stage.rejects, "http_404") == "the server answered this HTTP error status"
+    assert declared_meaning(stage.rejects, "http_") is None and declared_meaning(stage.rejects, "xhttp_404") is None
+
+
+def test_rendering_an_undeclared_prompt_fails_the_stage(tmp_path, schema_dir):
+    """Inside a stage run only the prompts the stage declares render; outside one, any does."""
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    (prompts / "greet.md").write_text("---\nkind: text\n---\nHello {{ name }}\n")
+    (prompts / "other.md").write_text("---\nkind: text\n---\nBye {{ name }}\n")
+    library = PromptLibrary(prompts)
+    rendered = []
+
+    def run(ctx):
+        rendered.append(library.get("greet").render({"name": "x"}))
+        library.get("other").render({"name": "x"})
+
+    stage = Stage("greeter", "1", None, {}, {"out": Output("things")}, {}, run=run, prompts=("greet",))
+    with pytest.raises(PromptError, match="stage greeter renders prompt 'other', which it does not declare; add it to STAGE.prompts"):
+        Context(stage, {}, {"out": [str(tmp_path / "g.parquet")]}, {}).execute()
+    assert rendered == [[{"role": "user", "content": "Hello x"}]]
+    assert library.get("other").render({"name": "y"}) == [{"role": "user", "content": "Bye y"}]  # no stage running
 
 
 def test_type_language():
@@ -162,8 +228,6 @@ def test_ids_are_stable_and_content_derived():
 def test_stage_error_is_raised_for_file_outputs(tmp_path, schema_dir):
     stage = Stage("f", "1", None, {}, {"file": Output(None, "a file")}, {}, run=lambda ctx: None)
     with pytest.raises(StageError, match="output 'file' was not written"):
-        from stages.core.stage import Context
-
         Context(stage, {}, {"file": [str(tmp_path / "x.json")]}, {}).execute()
 
 

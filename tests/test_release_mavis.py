@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from conftest import run_stage
+from stages.core.declarations import load_manifest
 from stages.core.tables import REJECTS_SCHEMA, write_table
 
 
@@ -65,7 +66,8 @@ def test_release_tables_card_and_stable_version(tmp_path):
     assert con.execute("select * from reject_counts").fetchall() == [("filter_questions", "no_long_answer", 2)]
     card = (folder / "README.md").read_text()
     assert "| Science | 2 | 3 | 0 |" in card and "| Business | 1 | 1 | 0 |" in card
-    assert "| filter_questions | no_long_answer | 2 |" in card
+    meaning = load_manifest()["filter_questions"]["rejects"]["no_long_answer"]  # the card explains each reason as declared
+    assert f"| filter_questions | no_long_answer | 2 | {meaning} |" in card
     assert duckdb.connect().execute(f"select count(*) from '{folder}/parquet/instances.parquet'").fetchone()[0] == 4
     # identical inputs and params: identical version; one changed row: a new version
     again = _build(tmp_path, shards, rejects)

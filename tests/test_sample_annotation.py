@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 from conftest import run_stage
+from stages.core.declarations import load_manifest
 from stages.core.images import ImageStore
 from stages.core.tables import REJECTS_SCHEMA, write_table
 
@@ -149,6 +150,10 @@ def test_release_honours_the_filled_sheet_and_copies_images(tmp_path):
     card = (folder / "README.md").read_text()
     # D_T/Q and D_I/Q: distinct entailed documents per question; test: q1 has c4:a only
     assert "| all | 3 | 1 | 3 | 0.7 | 0.3 | 4.0 | 4 |" in card and "| test (human-annotated) | 1 | 1 | 1 | 1.0 | 0.0 | 4.0 | 2 |" in card
+    # beside each count its declared meaning: the shared stage under its rule's name reads cache_images' (http_<status>)
+    http = load_manifest()["cache_images"]["rejects"]["http_<status>"]
+    assert f"| fact_cache_images | http_404 | 1 | {http} |" in card and f"| cache_images | http_404 | 1 | {http} |" in card
+    assert "| annotation | irrelevant | 1 | annotators judged the fact irrelevant to the question |" in card
 
     with Image.open(folder / "images" / f"{s3}.jpg") as im:  # the stored PNG, re-encoded as JPEG under its sha256 name
         assert im.format == "JPEG" and store.find(s3).suffix == ".png"

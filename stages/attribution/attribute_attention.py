@@ -68,6 +68,7 @@ STAGE = Stage(
     },
     run=run,
     invariant=every_generation,
+    rejects={"bad_capture": "the stored attention vectors do not match the generation's tokens and source labels"},
 )
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ baseline reads the image through CLIP, as in the seed). Without clip_weights an 
 fails the stage, unless clip_random (tests only: random weights, meaningless scores).
 
 Input: generations (attr_generations). Output: citations (attr_citations, method embedding), one
-row per summary sentence. Rejects: none per generation beyond a missing or unreadable image file (image_missing).
+row per summary sentence. Rejects: image_missing (the generation shows the image, but its item's image
+file is missing or unreadable); nothing else per generation.
 """
 from __future__ import annotations
 
@@ -133,6 +134,7 @@ STAGE = Stage(
     },
     run=run,
     invariant=every_generation,
+    rejects={"image_missing": "the generation has the image as evidence but its item has no image in source_items"},
 )
 
 if __name__ == "__main__":

@@ -75,6 +75,8 @@ STAGE = Stage(
     },
     run=run,
     invariant=every_generation,
+    prompts=("attribution_cite",),
+    rejects={"invalid_answer": "no valid entry for some summary sentence, or an unknown id, after the client's retries (raw answer in the detail)"},
 )
 
 if __name__ == "__main__":

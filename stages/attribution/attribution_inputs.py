@@ -317,6 +317,21 @@ STAGE = Stage(
         "mimic_images": Param(bool, False, "attach each MIMIC-CXR study's first image (the seed's MIMIC-CXR set is text-only)"),
     },
     run=run,
+    rejects={
+        "bad_json": "the line is not JSON",
+        "bad_field": "a field is missing or mistyped, or a citation names a source sentence out of range",
+        "duplicate_id": "the id appeared on an earlier line (the first is kept)",
+        "empty_source": "the source has no sentence",
+        "image_missing": "the image file is not under the items file's folder",
+        "bad_placeholder": "the source holds more than one <image> placeholder",
+                "bad_block": 'a CliConSummation sheet block without its "Dialogue ID" row',
+                "several_images": "the dialogue shows more than one image (the seed's items have at most one)",
+                "over_quota": "beyond Table 1's text-only / multimodal dialogue counts",
+                "several_reports": "App. B step 1: the MIMIC-CXR patient has more than one report",
+                "missing_section": "App. B step 2: the report has no FINDINGS or no IMPRESSION section",
+                "too_few_sentences": "App. B step 3: FINDINGS under 9 or IMPRESSION under 5 sentences",
+                "unreadable": "the report file is not UTF-8 text",
+    },
 )
 
 if __name__ == "__main__":

@@ -97,6 +97,8 @@ STAGE = Stage(
     },
     run=run,
     invariant=every_generation,
+    prompts=("attribution_cite",),
+    rejects={"invalid_answer": "the judge's answer has no valid entry for a summary sentence, or an unknown id, after retries (raw answer in the detail)"},
 )
 
 if __name__ == "__main__":

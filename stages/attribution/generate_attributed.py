@@ -125,6 +125,12 @@ STAGE = Stage(
         "limit": Param(int, 0, "first N items only (0 = all)", min=0),
     },
     run=run,
+    prompts=("attribution_summarize", "attribution_caption"),
+    rejects={
+        "no_image": "an image mode for an item without an image",
+        "empty_summary": "the model generated no sentence",
+        "empty_caption": "img_cap: the model's caption has no sentence",
+    },
 )
 
 if __name__ == "__main__":

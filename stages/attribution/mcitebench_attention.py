@@ -219,6 +219,8 @@ STAGE = Stage(
     },
     run=run,
     invariant=every_response,
+    prompts=("mcitebench_attention", "mcitebench_answer"),  # the answer prompt's system message
+    rejects={"no_items": "the response shows no items"},
 )
 
 if __name__ == "__main__":

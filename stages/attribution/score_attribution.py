@@ -175,6 +175,7 @@ STAGE = Stage(
         "bertscore_layers": Param(int, 17, "hidden layer BERTScore reads (bert-score's default for roberta-large: 17)", min=1),
     },
     run=run,
+    rejects={},  # a generation without references is scored on 0 sentences
 )
 
 if __name__ == "__main__":

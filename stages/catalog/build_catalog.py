@@ -1,12 +1,15 @@
 """Build the run's catalog: one DuckDB file over every stage output (docs/ARCHITECTURE.md "Storage, catalog and releases").
 
 `data/runs/<run>/catalog.duckdb` gets one schema per benchmark family and one view per stage
-output table (shards unioned), one `<stage>_rejects` view per stage over its rejects sidecars, and
-a `stage_reports` table per family from the report sidecars, one row per report naming the stage,
+output table (shards unioned), one `<stage>_rejects` view per stage over its rejects sidecars, a
+`stage_reports` table per family from the report sidecars, one row per report naming the stage,
 the rule that ran it (its output folder: MAVIS runs cache_images for the question images as
 `cache_images` and for the fact images as `fact_cache_images`) and the output file the report
-sits beside. Views use absolute paths, so the catalog answers from any working directory. Stages
-never open a shared DuckDB file while others run; this stage runs after them.
+sits beside, and a `reject_reasons` table per family (stage, reason, meaning): every reason the
+family's stages declare (read from the stage manifest, schemas/stages.yaml), rejected or not, so
+`select * from mavis.reject_reasons` explains them all. Views use absolute paths, so the catalog
+answers from any working directory. Stages never open a shared DuckDB file while others run; this
+stage runs after them.
 
 Inputs follow the run layout `data/runs/<run>/<family>/<stage>/<table>[.<shard>].parquet`; a
 file that does not is a reject (`not_in_run_layout`). Evaluation outputs (eval_mcitebench,
@@ -22,10 +25,11 @@ import json
 import re
 from pathlib import Path
 
+from stages.core.declarations import load_manifest
 from stages.core.release import portable_duckdb_file
 from stages.core.stage import Input, Output, Reject, Stage
 
-VERSION = "4"  # 2: evaluation tables; 3: stage_reports name the rule and output path; 4: evaluation tables are inputs
+VERSION = "5"  # 2: evaluation tables; 3: stage_reports name the rule and output path; 4: evaluation tables are inputs; 5: reject_reasons
 _SHARD = re.compile(r"^(?P<table>.+?)(?:\.(?P<shard>\d{5}))?\.parquet$")
 
 
@@ -76,6 +80,13 @@ def run(ctx):
                 "rows_out json, rejected bigint, rejected_by_reason json, stats json, seconds double)"
             )
             con.executemany(f'insert into "{family}".stage_reports values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)', rows)
+        manifest = load_manifest()
+        for family in sorted({f for f, _ in views}):
+            ran = sorted({row[0] for row in reports.get(family, [])})  # the stages whose reports the family holds
+            declared = [(stage, reason, meaning) for stage in ran for reason, meaning in manifest.get(stage, {}).get("rejects", {}).items()]
+            con.execute(f'create table "{family}".reject_reasons (stage varchar, reason varchar, meaning varchar)')
+            if declared:
+                con.executemany(f'insert into "{family}".reject_reasons values (?, ?, ?)', declared)
 
 
 STAGE = Stage(
@@ -87,6 +98,7 @@ STAGE = Stage(
     outputs={"catalog": Output(None, "the catalog DuckDB file")},
     params={},
     run=run,
+    rejects={"not_in_run_layout": "the file is not a stage output <table>[.<shard>].parquet of the run layout"},
 )
 
 if __name__ == "__main__":

@@ -207,6 +207,7 @@ STAGE = Stage(
     },
     params={"family": Param(str, "", "the family named in the figures' titles")},
     run=run,
+    rejects={"bad_report": "the file is not a stage report sidecar (unreadable, or a key is missing)"},
 )
 
 if __name__ == "__main__":

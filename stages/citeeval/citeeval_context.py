@@ -147,6 +147,12 @@ STAGE = Stage(
         "max_tokens": Param(int, 0, "answer length budget in tokens (0 = the prompt's default)", min=0),
     },
     run=run,
+    prompts=("citeeval_context",),
+    rejects={
+        "invalid_answer": "the response's context answer stayed invalid after retries (reason and raw text in the detail)",
+        "no_response": "the statement's response is not in the responses input",
+                "failed_call": "the statement needed the judge, whose call failed or returned no text",
+    },
 )
 
 if __name__ == "__main__":

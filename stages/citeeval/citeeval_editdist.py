@@ -146,6 +146,7 @@ STAGE = Stage(
                                   fields={name: Param(float, help=f"d({name})" if name in ACTIONS else "b")
                                           for name in (*ACTIONS, "intercept")})},
     run=run,
+    rejects={"unknown_statement": "a rating names a statement the prepared statements do not hold", "bad_edit": "an edit that is no DELETE/ADD with a reason 1-3"},
 )
 
 if __name__ == "__main__":

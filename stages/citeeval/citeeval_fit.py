@@ -88,6 +88,10 @@ STAGE = Stage(
     params={"rating_scale": Param(str, "likert5", "likert5: ratings 1-5, normalised (r-1)/4; unit: already on [0, 1]",
                                   choices=("likert5", "unit"))},
     run=run,
+    rejects={
+        "no_rating": "an N/A statement: no rating to fit",
+        "bad_row": "the action counts or the rating are not numbers",
+    },
 )
 
 if __name__ == "__main__":

@@ -86,6 +86,9 @@ STAGE = Stage(
     inputs={"responses": Input("m2rag_responses of one model (m2rag_generate)", table="m2rag_responses")},
     outputs={"responses": Output("citeeval_responses", "the responses as CiteEval-Auto input")},
     params={},
+    rejects={
+        "no_inputs": "the response was given no page text and no image",
+    },
     run=run,
 )
 

@@ -70,6 +70,9 @@ STAGE = Stage(
     inputs={"responses": Input("mavis_eval_responses of one model (mavis_generate_answers)", table="mavis_eval_responses")},
     outputs={"responses": Output("citeeval_responses", "the responses as CiteEval-Auto input")},
     params={},
+    rejects={
+        "no_documents": "the answer was written from no retrieved document",
+    },
     run=run,
 )
 

@@ -96,6 +96,7 @@ STAGE = Stage(
     outputs={"responses": Output("citeeval_responses", "the responses as CiteEval-Auto input")},
     params={},
     run=run,
+    rejects={"no_items": "the response's question showed no items"},
 )
 
 if __name__ == "__main__":

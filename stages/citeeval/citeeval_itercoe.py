@@ -170,6 +170,8 @@ STAGE = Stage(
         "max_tokens": Param(int, 0, "answer length budget in tokens (0 = the prompt's default)", min=0),
     },
     run=run,
+    prompts=("citeeval_itercoe",),
+    rejects={"invalid_answer": "the response's edit-and-rate answer stayed invalid after retries (raw text in the detail)", "failed_call": "the judge's call failed or returned no text"},
 )
 
 if __name__ == "__main__":

@@ -272,6 +272,11 @@ STAGE = Stage(
         "limit": Param(int, 0, "rate only the first N responses (0 = all)", min=0),
     },
     run=run,
+    rejects={
+        "bad_record": "no query or no passages, or a malformed sample",
+        "duplicate_id": "a response id prepared before",
+        "empty_response": "nothing left after the thinking block, or no statement",
+    },
 )
 
 if __name__ == "__main__":

@@ -185,6 +185,7 @@ STAGE = Stage(
     outputs={"report": Output(None, "markdown report"), "db": Output(None, "DuckDB file with the CiteEval tables")},
     params={"title": Param(str, "CiteEval-Auto", "report heading")},
     run=run,
+    rejects={},
 )
 
 if __name__ == "__main__":

@@ -296,6 +296,7 @@ STAGE = Stage(
     params={},
     run=run,
     invariant=_one_row_per_response_scenario_mode,
+    rejects={},
 )
 
 if __name__ == "__main__":

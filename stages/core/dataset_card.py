@@ -12,11 +12,16 @@ M2RAG, whose every row is evaluation data; MAVIS's shared tables, `full`):
     datasets.load_dataset("data/releases/mavis-reddit/<version>", "instances", split="test")
 
 Uploading a release is `scripts/push_release.py` (token from the environment; never run by tests).
+
+A card's table of dropped rows prints beside each counted reject reason the meaning its stage
+declares (`reject_rows`), read from the stage manifest, schemas/stages.yaml, without importing a stage.
 """
 from __future__ import annotations
 
 import pyarrow as pa
 import yaml
+
+from .declarations import declared_meaning, load_manifest
 
 # Placeholder until a release's sources are cleared: a Hub card accepts it, and people see that
 # the license is still to be decided (Reddit posts, OpenReview discussions and web pages carry
@@ -38,6 +43,22 @@ SEED_CITATIONS = {
   author = {Ma, Zi-Ao and Lan, Tian and Tu, Rong-Cheng and Hu, Yong and Huang, Heyan and Mao, Xian-Ling},
 }""",
 }
+
+
+def reject_meaning(stage: str, reason: str) -> str:
+    """The meaning `stage` declares for `reason` ("" when none does). A shared stage counted under
+    its rule's name (fact_cache_images: cache_images run for the facts) has its stage's reasons."""
+    manifest = load_manifest()
+    entry = manifest.get(stage) or next((manifest[name] for name in sorted(manifest, key=len, reverse=True)
+                                         if stage.endswith("_" + name)), None)
+    return (declared_meaning(entry["rejects"], reason) or "") if entry else ""
+
+
+def reject_rows(counts, extra: dict[tuple[str, str], str] | None = None) -> list[list]:
+    """[stage, reason, rows, meaning] for each counted (stage, reason, rows); `extra` gives the
+    meaning of a count that is no stage's reject (release_mavis's annotators' `irrelevant`)."""
+    extra = extra or {}
+    return [[stage, reason, rows, extra.get((stage, reason)) or reject_meaning(stage, reason)] for stage, reason, rows in counts]
 
 
 def features(schema: pa.Schema) -> list:

@@ -556,6 +556,21 @@ def _check_type(url: str, content_type: str, accept: tuple[str, ...] | None) -> 
         raise FetchError("bad_content_type", f"{url}: Content-Type {media!r} not in {list(accept)}")
 
 
+# The reasons a FetchError carries, which fetching stages reject with: merged into their `rejects`.
+FETCH_REJECTS = {
+    "bad_url": "the url does not parse, or is not http(s) with a host",
+    "dns_error": "the url's host name does not resolve",
+    "blocked_address": "the host is a loopback, private, link-local, cloud-metadata or other non-public address",
+    "timeout": "the server did not answer in time, retries included",
+    "connection_error": "the connection failed or was reset, retries included",
+    "http_<status>": "the server answered this HTTP error status (429 and 5xx after the retries)",
+    "too_large": "the body is larger than the byte cap",
+    "bad_content_type": "the response's Content-Type is not one the stage accepts",
+    "bad_response": "a malformed response (a bad header, an undecodable body encoding)",
+    "too_many_redirects": "more redirects than fetch.max_redirects",
+    "not_in_archive": "fetch mode replay: the url is in none of the replay WARC files",
+}
+
 # The params of every fetching stage, read by `stage_fetch_settings`.
 FETCH_PARAMS = {
     "fetch": Param(dict, {}, "fetch settings: the fetch: config section (stages.core.fetch.FetchSettings)", schema="fetch"),

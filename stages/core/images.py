@@ -81,6 +81,15 @@ def _looks_like_svg(data: bytes) -> bool:
     return head.startswith(b"<svg") or (head.startswith(b"<?xml") and b"<svg" in head)
 
 
+# The reasons normalize_image rejects with: merged into the `rejects` of the stages that call it.
+IMAGE_REJECTS = {
+    "unsupported_format": "an SVG image (not rasterised)",
+    "pixel_bomb": "the image declares more pixels than max_pixels (read from the header, before decoding)",
+    "not_an_image": "the bytes are none of the decodable image formats",
+    "broken_image": "a truncated or corrupt image: its first frame does not decode",
+}
+
+
 def normalize_image(data: bytes, max_pixels: int, jpeg_quality: int = 95) -> NormalizedImage:
     """Check and convert downloaded bytes (see module docstring); raises Reject."""
     if _looks_like_svg(data):

@@ -13,6 +13,9 @@ message.
     # Task Description
     ... {{ question }} ...
 
+Inside a stage run, rendering a prompt the stage does not declare (`Stage.prompts`) fails naming
+both: the declaration is what the rules list as the stage's prompt inputs, so it cannot go stale.
+
 Rendering uses StrictUndefined, so a missing variable fails naming the prompt file, the variable
 and its line; a template syntax error fails on loading, naming the file and the line. Line numbers
 count from the top of the file, front matter included. Both are StageErrors: one line from a stage.
@@ -29,6 +32,7 @@ import jsonschema
 import yaml
 
 from .errors import StageError
+from .stage import running_stage
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS_DIR = ROOT / "prompts"
@@ -58,6 +62,10 @@ class Prompt:
 
     def render(self, variables: dict[str, Any]) -> list[dict[str, str]]:
         """Chat messages (system first when the prompt has one) for these variables."""
+        stage = running_stage()
+        if stage is not None and self.name not in stage.prompts:
+            raise PromptError(f"stage {stage.name} renders prompt {self.name!r}, which it does not declare; add it to STAGE.prompts "
+                              f"(declared: {', '.join(stage.prompts) or 'none'})")
         try:
             text = self._template.render(**variables)
         except jinja2.UndefinedError as err:

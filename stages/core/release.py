@@ -24,7 +24,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .dataset_card import citation_section, front_matter, split_files
+from .dataset_card import citation_section, front_matter, reject_meaning, split_files
 from .errors import StageError
 from .tables import atomic_write_bytes, sweep_stale_temps
 
@@ -191,7 +191,8 @@ def publish_release(
     """What every release stage ends with: count the release's unit (the first table: one row per
     question or query) as the manifest's rows and check the count invariant before anything is
     published; version the release by its stage's input files and params (not `releases_dir`,
-    which says where, not what); write it and the manifest. `make_card(name, version)` returns the
+    which says where, not what) and the declared meanings of the reasons its `reject_counts` table
+    counts; write it and the manifest. `make_card(name, version)` returns the
     dataset card's body; the YAML front matter `datasets` reads and the citation are added here
     (stages/core/dataset_card.py), so every family's release loads with `datasets.load_dataset`; a
     table with a `split` column loads as its splits, any other as the one split `unsplit`."""
@@ -199,6 +200,9 @@ def publish_release(
     ctx.check_invariant()
     inputs = [path for name in ctx.stage.inputs for path in ctx.input_paths(name)]
     params = {k: v for k, v in ctx.params.items() if k != "releases_dir"} | {"stage_version": ctx.stage.version}
+    counts = tables.get("reject_counts")
+    if counts is not None and counts.num_rows:  # the card prints the reasons' declared meanings: a new meaning is a new release
+        params["reject_meanings"] = sorted({reject_meaning(s, r) for s, r in zip(counts["stage"].to_pylist(), counts["reason"].to_pylist())})
     name = ctx.params["name"]
     version = release_version(inputs, params)
     card = front_matter(name, tables, unsplit) + make_card(name, version).rstrip("\n") + citation_section(ctx.stage.name, tables, unsplit)

@@ -9,6 +9,7 @@ A stage module declares itself and ends with `STAGE.main()`:
         inputs={"posts": Input("kept image posts", many=True)},
         outputs={"questions": Output("reddit_questions")},
         params={"min_answer_chars": Param(int, 500, "answer must be longer than this")},
+        rejects={"empty_title": "the post has no title"},
         run=run,
     )
 
@@ -31,6 +32,12 @@ scope, where raising `Reject(reason, detail)` drops it:
                 raise Reject("empty_title", f"post {row['id']} has no title")
             ctx.write("questions", [...])
 
+`rejects` declares every reason the stage can reject with, each with a one-line meaning (`--help`,
+the catalog's `reject_reasons` and the release cards print them); rejecting with a reason not
+declared fails the stage. A model stage declares the prompts it renders (`prompts=("name",)`, files
+prompts/<name>.md); rendering another fails too. schemas/stages.yaml holds every declaration
+(stages/core/declarations.py).
+
 The runner checks the count invariant (rows in = rows out + rejected, over the outputs marked
 `counted`), then commits every output, the rejects sidecar `<first output>.rejects.parquet` and
 `<first output>.report.json` together: all or none. A violation, an exception or a kill leaves
@@ -48,7 +55,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
@@ -58,14 +65,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
+from .declarations import declared_meaning
 from .errors import StageError
 from .layout import PLAIN_NAME, LayoutError, stage_module
-from .tables import (REJECTS_CONTRACT, REJECTS_SCHEMA, SchemaError, TableWriter, check_columns, commit_together, contract_problems,
+from .tables import (CONTRACT_REJECTS, REJECTS_CONTRACT, REJECTS_SCHEMA, SchemaError, TableWriter, check_columns, commit_together, contract_problems,
                      read_tables, row_key, stage_bytes, sweep_stale_temps, table_contract, table_schema)
 
 log = logging.getLogger("citeforge")
 
 REQUIRED = object()
+_RUNNING: list["Stage"] = []  # the stage whose `run` this process is in (prompts.py checks its prompts)
 
 
 _JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", list: "array", dict: "object"}
@@ -212,6 +221,10 @@ class Stage:
     # Fan-out stages state their own invariant: a function of the finished context that returns
     # an error message, or None when the counts add up.
     invariant: Callable[["Context"], str | None] | None = None
+    # reason -> one-line meaning, for every reason the stage can reject with (a `<placeholder>` in
+    # a reason stands for digits: `http_<status>`); rejecting with any other fails the stage
+    rejects: dict[str, str] = field(default_factory=dict)
+    prompts: tuple[str, ...] = ()  # the prompts/<name>.md the stage renders; rendering another fails
 
     def main(self, argv: list[str] | None = None) -> None:
         logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {self.name} %(levelname)s %(message)s")
@@ -244,6 +257,10 @@ class Stage:
         for name, spec in self.params.items():
             default = "required" if spec.default is REQUIRED else json.dumps(spec.default)
             lines.append(f"  {name:<22} {spec.type.__name__}{spec.bounds()} [{default}]: {spec.help}")
+        lines.append("reject reasons:" if self.rejects else "reject reasons: none")
+        lines += [f"  {reason:<22} {meaning}" for reason, meaning in self.rejects.items()]
+        if self.prompts:
+            lines.append("prompts (prompts/<name>.md): " + ", ".join(self.prompts))
         lines += ["", "Sidecars next to the first output: <output>.rejects.parquet, <output>.report.json."]
         parser = argparse.ArgumentParser(
             prog=self._prog(),
@@ -466,12 +483,18 @@ class Context:
     def write(self, name: str, rows: list[dict] | pa.Table, index: int = 0) -> None:
         self.writer(name, index).write_many(rows)
 
+    def _check_reason(self, reason: str) -> None:
+        """A reason the stage declared, or one of the runner's own (a broken table contract)."""
+        if reason not in CONTRACT_REJECTS and declared_meaning(self.stage.rejects, reason) is None:
+            raise StageError(f"stage {self.stage.name} rejected an item with undeclared reason {reason!r}; declare it in STAGE.rejects")
+
     def _rejects_writer(self) -> TableWriter:
         if self._rejects is None:
             self._rejects = TableWriter(f"{self.sidecar_base}.rejects.parquet", REJECTS_SCHEMA, "rejects", contract=REJECTS_CONTRACT)
         return self._rejects
 
     def reject(self, item_id: str, reason: str, detail: str = "") -> None:
+        self._check_reason(reason)
         self._rejects_writer().write({"id": item_id, "stage": self.stage.name, "reason": reason, "detail": detail[:2000]})
         self.rejected_by_reason[reason] += 1
 
@@ -489,6 +512,9 @@ class Context:
         if not len(ids):
             return None
         ids, reasons, details = (pa.array(column, pa.string()) for column in (ids, reasons, details))
+        counts = pc.value_counts(reasons).to_pylist()  # the distinct reasons: checked once each, not per row
+        for counted in counts:
+            self._check_reason(counted["values"])
         columns = [ids, pa.repeat(pa.scalar(self.stage.name), len(ids)), reasons, pc.utf8_slice_codeunits(details, 0, 2000)]
         self._rejects_writer().write_many(pa.Table.from_arrays(columns, schema=REJECTS_SCHEMA))
         return reasons
@@ -525,6 +551,7 @@ class Context:
         self.check_inputs()
         staged = []
         try:
+            _RUNNING.append(self.stage)
             try:
                 self.stage.run(self)
                 for name, spec in self.stage.outputs.items():  # every declared table exists, even if empty
@@ -534,6 +561,8 @@ class Context:
                 finished = [writer.finish() for writer in self._writers.values()]
             except SchemaError as err:  # a row the stage's own output contract forbids: a bug, told in one line
                 raise StageError(f"cannot write: {err}") from None
+            finally:
+                _RUNNING.pop()
             self.check_invariant()
             for name, spec in self.stage.outputs.items():
                 if spec.table is None:
@@ -592,6 +621,11 @@ class Context:
         if self.rows_in != out + self.rejected:
             return f"rows in {self.rows_in} != rows out {out} + rejected {self.rejected}"
         return None
+
+
+def running_stage() -> Stage | None:
+    """The stage whose `run` is executing in this process, if any."""
+    return _RUNNING[-1] if _RUNNING else None
 
 
 def _summary(report: dict) -> str:

@@ -27,21 +27,19 @@ then each --configfile in order, then --config.
 from __future__ import annotations
 
 import copy
-import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import yaml
 
+from .declarations import MANIFEST, load_manifest
 from .layout import ROOT, prompt_sources, stage_sources
 from .llm.registry import gpus
 from .llm.settings import DEFAULTS as LLM_DEFAULTS
 from .llm.settings import llm_settings
 
-MANIFEST = ROOT / "schemas" / "stages.yaml"
 # Families whose tables are evaluation outputs: the catalog shows them once they exist, and the
 # default `release` target never runs an evaluation to build its catalog.
 EVALUATION_FAMILIES = ("eval_mcitebench", "eval_mavis", "eval_m2rag", "citeeval", "attribution")
@@ -52,11 +50,9 @@ class WiringError(ValueError):
     """A rule file and a stage declaration disagree; raised while the DAG is parsed."""
 
 
-@functools.cache
 def manifest() -> dict[str, dict]:
     """Every stage's declaration (schemas/stages.yaml), read once per process; no stage is imported."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load(MANIFEST.read_text(), Loader=loader)
+    return load_manifest()
 
 
 def declaration(stage: str) -> dict:

@@ -270,6 +270,12 @@ STAGE = Stage(
         "min_similarity": Param(float, 0.2, "separate: lowest caption-segment cosine that places an image", min=-1, max=1),
     },
     run=run,
+    prompts=("m2rag_answer_single", "m2rag_answer_text", "m2rag_interleave", "m2rag_refine"),
+    rejects={
+        "no_pages": "the query has no selected text piece and no selected image",
+        "invalid_answer": "a call failed after the client's retries (the step, reason and raw text in the detail)",
+                "bad_record": "a published dev_set.jsonl record that is not JSON or lacks a field of the right type",
+    },
 )
 
 if __name__ == "__main__":

@@ -200,6 +200,10 @@ STAGE = Stage(
     },
     run=run,
     invariant=_planned_rows_written,
+    prompts=("m2rag_judge_fluency", "m2rag_judge_relevance", "m2rag_judge_image_coherence", "m2rag_judge_image_helpfulness",
+             "m2rag_judge_image_reference", "m2rag_judge_image_recall", "m2rag_ragas_context", "m2rag_ragas_statements",
+             "m2rag_ragas_nli"),
+    rejects={"invalid_answer": "a judge call failed after the client's retries (also a row with status failed; reason and raw text)", "bad_response": "the response's output images name no input image"},
 )
 
 if __name__ == "__main__":

@@ -163,6 +163,7 @@ STAGE = Stage(
     outputs={"report": Output(None, "markdown report"), "db": Output(None, "DuckDB file with the evaluation tables")},
     params={"title": Param(str, "M2RAG evaluation", "report heading")},
     run=run,
+    rejects={},
 )
 
 if __name__ == "__main__":

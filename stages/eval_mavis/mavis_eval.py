@@ -282,6 +282,10 @@ def reference_scores(answer: str, gold: str, facts: list[float | None], relevanc
             "informativeness_f1": harmonic(completeness, rel), "groundedness_f1": harmonic(recall, precision)}
 
 
+# The reason model_image rejects with.
+MODEL_IMAGE_REJECTS = {"missing_image": "an image the release names is not in the release folder"}
+
+
 def model_image(store, folder: Path, row: dict, max_side: int) -> str:
     """A release image, its longer side scaled down to `max_side` pixels (App. C.1), put into the
     model client's image store; its sha256 there."""

@@ -34,7 +34,7 @@ import collections
 from stages.core.ids import content_id
 from stages.core.images import ImageStore
 from stages.core.llm import LLMClient, LLMRequest, sees_images
-from stages.eval_mavis.mavis_eval import METHODS, load_release, model_image, positives, question_images, release_folder, remove_thinking
+from stages.eval_mavis.mavis_eval import METHODS, MODEL_IMAGE_REJECTS, load_release, model_image, positives, question_images, release_folder, remove_thinking
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "2"
@@ -180,6 +180,12 @@ STAGE = Stage(
         "max_image_side": Param(int, 512, "longer side of images sent to the model, in pixels (App. C.1)", min=32),
     },
     run=run,
+    prompts=("mavis_eval_vanilla", "mavis_eval_cot", "mavis_eval_extract"),
+    rejects={
+        **MODEL_IMAGE_REJECTS,
+        "invalid_answer": "the answer call failed after the client's retries (raw text kept)",
+        "extraction_failed": "a Table 18 extraction call failed for one of the response's documents",
+    },
 )
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import re
 from stages.core.ids import content_id
 from stages.core.images import ImageStore
 from stages.core.llm import LLMClient, LLMRequest, sees_images
-from stages.eval_mavis.mavis_eval import load_release, model_image, question_images, release_folder
+from stages.eval_mavis.mavis_eval import MODEL_IMAGE_REJECTS, load_release, model_image, question_images, release_folder
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "2"
@@ -124,6 +124,12 @@ STAGE = Stage(
     },
     run=run,
     invariant=_invariant,
+    prompts=("mavis_eval_queries",),
+    rejects={
+        **MODEL_IMAGE_REJECTS,
+        "invalid_answer": "the model call failed after the client's retries (raw text kept)",
+        "no_queries": "no query could be parsed from the answer",
+    },
 )
 
 if __name__ == "__main__":

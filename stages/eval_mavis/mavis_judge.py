@@ -212,6 +212,8 @@ STAGE = Stage(
     },
     run=run,
     invariant=_invariant,
+    prompts=("mavis_eval_completeness", "mavis_eval_relevance", "mavis_eval_relevance_answer", "mavis_eval_support"),
+    rejects={},  # failed calls are rows
 )
 
 if __name__ == "__main__":

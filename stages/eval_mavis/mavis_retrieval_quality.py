@@ -121,6 +121,9 @@ STAGE = Stage(
         "device": Param(str, "auto", "torch device for the encoders", choices=("auto", "cpu", "cuda")),
         "batch_size": Param(int, 32, "encoder batch size", min=1),
     },
+    rejects={
+        "no_positives": "the instance has no entailed document to retrieve",
+    },
     run=run,
     invariant=_invariant,
 )

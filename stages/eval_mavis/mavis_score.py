@@ -240,6 +240,7 @@ STAGE = Stage(
     },
     run=run,
     invariant=_invariant,
+    rejects={"unknown_document": "the response's sentences or judgements name a document it was not shown"},
 )
 
 if __name__ == "__main__":

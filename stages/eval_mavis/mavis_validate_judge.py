@@ -140,6 +140,10 @@ STAGE = Stage(
         "label_sheet": Output(None, "CSV for human labelling: one row per answered strict judgement, human_score to fill"),
     },
     params={},
+    rejects={
+        "no_judgement": "the label names no answered strict judgement",
+        "bad_label": "the human score is not 1 / 0.5 / 0 or fully / partially / not",
+    },
     run=run,
 )
 

@@ -235,6 +235,7 @@ STAGE = Stage(
     },
     params={"title": Param(str, "MAVIS evaluation", "report heading")},
     run=run,
+    rejects={},
 )
 
 if __name__ == "__main__":

@@ -248,6 +248,14 @@ STAGE = Stage(
                                         "least 1024 (0 = the prompt's default)", min=0),
     },
     run=run,
+    prompts=("mcitebench_answer",),
+    rejects={
+        "bad_json": "the line is not JSON (or not UTF-8)",
+        "bad_record": "not an object, a field missing or of the wrong type, or inconsistent (an item without a number)",
+        "duplicate_id": "a question_id seen on an earlier line (the first is kept)",
+        "missing_image": "an image file the record names is absent",
+        "invalid_answer": "the model call failed after the client's retries (raw text and reason kept)",
+    },
 )
 
 if __name__ == "__main__":

@@ -74,6 +74,12 @@ STAGE = Stage(
         "llm": Param(dict, {}, "llm settings of the judge model", schema="llm"),
     },
     run=run,
+    prompts=("mcitebench_judge_explanation", "mcitebench_judge_locating"),
+    rejects={
+        "bad_question_type": "the response's question type is neither explanation nor locating",
+        "invalid_answer": "the judge call failed after the client's retries: the accuracy is missing, never 0",
+                "bad_meta_json": "a locating response whose meta_json is no JSON object",
+    },
 )
 
 if __name__ == "__main__":

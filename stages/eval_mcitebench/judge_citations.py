@@ -16,7 +16,8 @@ none when nothing was shown).
 
 A failed judge call (invalid answer after the client's retries, backend error) writes no
 judgement: it is a reject (`invalid_answer`, raw answer and reason) and score_mcitebench counts it
-as missing, never as 0.
+as missing, never as 0. A sentence whose response is not in the responses input is a reject
+(`no_response`).
 
 Inputs: responses (eval_responses: the items each question showed), sentences (eval_sentences).
 Outputs: judgements (eval_citation_judgements).
@@ -120,6 +121,11 @@ STAGE = Stage(
     },
     run=run,
     invariant=_every_planned_judgement_accounted,
+    prompts=("mcitebench_judge_support", "mcitebench_judge_relevance"),
+    rejects={
+        "no_response": "the sentence's response is not in the responses input",
+        "invalid_answer": "a judge call failed after the client's retries: counted as missing, never 0",
+    },
 )
 
 if __name__ == "__main__":

@@ -84,6 +84,11 @@ STAGE = Stage(
         "vision": Param(bool, None, "show figures/tables as images; null = what the backend takes (llamacpp: no)"),
     },
     run=run,
+    prompts=("mcitebench_probe_source",),
+    rejects={
+        "bad_options": "the response shows fewer than 2 or more than 5 items",
+        "invalid_answer": "the model call failed after the client's retries (not scored)",
+    },
 )
 
 if __name__ == "__main__":

@@ -301,6 +301,7 @@ STAGE = Stage(
         "judges": Param(list, [], "names of the judge and the swap judge, for the judge swap table", items=str),
     },
     run=run,
+    rejects={},
 )
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ for one candidate model.
 Outputs: scores (eval_scores, one row per response, in the chosen mode), summary (eval_summary,
 not counted: means per scoring mode and grouping overall / type_source / question_type / source /
 modality).
+Rejects: not_parsed (split_citations has no row for the response).
 Params: scoring (strict | reference).
 """
 from __future__ import annotations
@@ -212,6 +213,7 @@ STAGE = Stage(
     params={"scoring": Param(str, "strict", "strict (our documented choices) or reference (MCiteBench's public scorer's aggregation): the per-response scores' mode",
                              choices=SCORING)},
     run=run,
+    rejects={"not_parsed": "split_citations has no row for the response"},
 )
 
 if __name__ == "__main__":

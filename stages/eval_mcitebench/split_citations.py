@@ -118,6 +118,7 @@ STAGE = Stage(
     },
     params={},
     run=run,
+    rejects={},
 )
 
 if __name__ == "__main__":

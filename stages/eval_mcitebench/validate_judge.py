@@ -107,6 +107,10 @@ STAGE = Stage(
     },
     params={},
     run=run,
+    rejects={
+        "no_judgement": "the label names no judgement of this evaluation (e.g. a failed call)",
+        "bad_label": "the human score is outside the judgement kind's scale",
+    },
 )
 
 if __name__ == "__main__":

@@ -24,9 +24,9 @@ import concurrent.futures
 
 from tqdm import tqdm
 
-from stages.core.fetch import FETCH_PARAMS, FetchError, Fetcher, stage_fetch_settings
+from stages.core.fetch import FETCH_PARAMS, FETCH_REJECTS, FetchError, Fetcher, stage_fetch_settings
 from stages.core.ids import content_id
-from stages.core.images import ImageStore, normalize_image
+from stages.core.images import IMAGE_REJECTS, ImageStore, normalize_image
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "1"
@@ -131,6 +131,12 @@ STAGE = Stage(
         "accept": Param(list, ["image/", "application/octet-stream", "binary/octet-stream"], "allowed Content-Types ('x/' = prefix); the bytes are checked anyway", items=str),
     },
     run=run,
+    rejects={
+        **FETCH_REJECTS,
+        **IMAGE_REJECTS,
+        "bad_url": "empty, or not an http(s) url",
+        "duplicate_url": "the same url listed twice by one owner (whatever became of the first)",
+    },
 )
 
 if __name__ == "__main__":

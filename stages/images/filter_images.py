@@ -208,6 +208,15 @@ STAGE = Stage(
         "text_column": Param(str, "question", "texts column holding the text"),
     },
     run=run,
+    rejects={
+        "too_few_pixels": "width x height is at most min_pixels",
+        "too_many_pixels": "width x height is at least max_pixels",
+        "small_file": "the file is smaller than min_bytes",
+        "no_text": "no text row for the image's key (text_key) to score it against",
+        "image_missing": "the image is not in the image store",
+        "broken_image": "the stored image does not decode",
+        "low_clip_score": "the CLIP score of image and text is below clip_threshold",
+    },
 )
 
 if __name__ == "__main__":

@@ -383,6 +383,11 @@ STAGE = Stage(
         "workers": Param(int, 2, "threads hashing images and searching pairs", min=1),
     },
     run=run,
+    rejects={
+        "near_duplicate": "within radius bits (transitively) of the cluster's kept representative, named in the detail",
+        "image_missing": "the image is not in the image store",
+        "broken_image": "the stored image does not decode",
+    },
 )
 
 if __name__ == "__main__":

@@ -67,6 +67,8 @@ STAGE = Stage(
         "vision": Param(bool, None, "show the image itself; null = what the backend takes (llamacpp: no, text stand-in)"),
     },
     run=run,
+    prompts=("m2rag_caption_image",),
+    rejects={"invalid_answer": "not a JSON object with a non-empty caption after the client's retries (raw text in the detail)"},
 )
 
 if __name__ == "__main__":

@@ -64,6 +64,8 @@ STAGE = Stage(
         })),
     },
     run=run,
+    prompts=("m2rag_query_classify",),
+    rejects={"invalid_answer": "the answer stayed invalid after the client's retries, or names a category not in categories (raw text kept)"},
 )
 
 if __name__ == "__main__":

@@ -61,6 +61,12 @@ STAGE = Stage(
         "apply": Param(bool, True, "drop queries judged 0 (the seed); false = judge every query with both prompts and keep all"),
     },
     run=run,
+    prompts=("m2rag_query_clear", "m2rag_query_images"),
+    rejects={
+        "not_clear": "judged 0 in step 1 (figure 5): not a clear question needing rich references (apply: true)",
+        "no_images_needed": "judged 0 in step 2 (figure 6): the answer gains nothing from images (apply: true)",
+        "invalid_answer": "a judgement stayed invalid after the client's retries (raw text in the detail)",
+    },
 )
 
 if __name__ == "__main__":

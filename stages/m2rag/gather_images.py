@@ -62,6 +62,7 @@ STAGE = Stage(
         "context_chars": Param(int, 300, "page text kept either side of an image's placeholder as its context", min=0),
     },
     run=run,
+    rejects={},  # a bad url is cache_images' bad_url
 )
 
 if __name__ == "__main__":

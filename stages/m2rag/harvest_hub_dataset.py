@@ -155,6 +155,14 @@ STAGE = Stage(
         "cache_dir": Param(str, "data/cache/hub_datasets", "datasets' download and Arrow cache"),
     },
     run=run,
+    rejects={
+        "bad_json": "a line that is not JSON or not UTF-8",
+        "bad_record": "a line that is not a JSON object",
+        "wrong_type": "a mapped field of the wrong type (an id neither string nor integer, a non-string question or answer)",
+        "missing_id": "the row has no id",
+        "empty_question": "the row has no question text",
+        "duplicate_id": "an id seen before (the first row is kept)",
+    },
 )
 
 if __name__ == "__main__":

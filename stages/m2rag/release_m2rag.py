@@ -33,6 +33,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from stages.core.dataset_card import reject_rows
 from stages.core.images import ImageStore
 from stages.core.release import md_table, publish_release, reject_counts
 from stages.core.stage import Input, Output, Param, Stage, StageError
@@ -219,7 +220,7 @@ def card(name: str, version: str, tables: dict[str, pa.Table], min_image_score: 
             "## Filter decisions (M2RAG figures 5 and 6)",
             md_table(["step", "label", "queries"], rows("filter_decisions")) if tables["filter_decisions"].num_rows else "None.",
             "## Rows dropped, by stage and reason",
-            md_table(["stage", "reason", "rows"], rows("reject_counts")) if tables["reject_counts"].num_rows else "None.",
+            md_table(["stage", "reason", "rows", "meaning"], reject_rows(rows("reject_counts"))) if tables["reject_counts"].num_rows else "None.",
             "## Tables",
             md_table(["table", "rows"], [[t, tables[t].num_rows] for t in tables]),
         ]
@@ -262,6 +263,7 @@ STAGE = Stage(
         "image_store": Param(str, "data/cache/images", "image store root the released image files are copied from"),
     },
     run=run,
+    rejects={},
 )
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ STAGE = Stage(
     },
     run=run,
     invariant=invariant,
+    rejects={"no_categories": "the query has no category at all (not even Others)"},  # queries not drawn are counted in stats
 )
 
 if __name__ == "__main__":

@@ -138,6 +138,12 @@ STAGE = Stage(
         "context_chars": Param(int, 300, "surrounding text shown either side of an image's placeholder (text stand-in)", min=0),
     },
     run=run,
+    prompts=("m2rag_score_text", "m2rag_score_image"),
+    rejects={
+        "unknown_query": "an element or auxiliary image of a query not in the queries input",
+        "image_not_kept": "the page image is not among the kept images (dropped by cache_images, filter_images or phash_dedup)",
+        "invalid_answer": "no integer score 0-10 after the client's retries (raw text in the detail)",
+    },
 )
 
 if __name__ == "__main__":

@@ -55,6 +55,10 @@ STAGE = Stage(
         "image_threshold": Param(float, 0.5, "an image entails its fact when P(yes) >= this (seed: the higher reward, 0.5)", min=0, max=1),
     },
     run=run,
+    rejects={
+        "unknown_pair": "a score of a pair retrieve_fact_documents did not list",
+        "duplicate_score": "the pair was scored twice",
+    },
 )
 
 if __name__ == "__main__":

@@ -9,6 +9,14 @@ from stages.core.llm import LLMClient, LLMRequest
 from stages.core.stage import Reject
 
 
+# The reasons pairs_of and score reject with (per pair `<fact_id>|<doc_id>`).
+ENTAILMENT_REJECTS = {
+    "unknown_fact": "the pair names a fact that is not in the facts input",
+    "unknown_document": "the pair names a document that is not in the documents input",
+    "invalid_answer": "the entailment answer was not yes/no after the client's retries (raw text in the detail)",
+}
+
+
 def pairs_of(ctx, modality: str) -> list[tuple[dict, dict, dict]]:
     """(fact_documents row, fact, document) for every pair whose document has `modality`; a pair
     naming an unknown fact or document is a reject (`unknown_fact`, `unknown_document`). Every

@@ -135,6 +135,15 @@ STAGE = Stage(
     },
     run=run,
     invariant=invariant,
+    prompts=("mavis_atomic_facts", "mavis_fact_filter"),
+    rejects={
+        "no_sentences": "an instance whose answer is empty",
+        "invalid_extraction": "a sentence whose Table 9 answer failed its schema after retries (raw text in the detail)",
+        "duplicate_fact": "a fact repeating a subclaim stated earlier in the same answer",
+        "invalid_filter_answer": "a fact whose Table 10 answer failed its schema after retries",
+        "irrelevant": "a fact the Table 10 filter judged not relevant to the question",
+        "provided_by_asker": "a fact the Table 10 filter judged provided by the asker, not verifiable",
+    },
 )
 
 if __name__ == "__main__":

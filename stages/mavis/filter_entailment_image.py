@@ -26,7 +26,7 @@ Invariant: image pairs in = scores + rejected.
 """
 from __future__ import annotations
 
-from stages.mavis.entailment import pair_id, pairs_of, score
+from stages.mavis.entailment import ENTAILMENT_REJECTS, pair_id, pairs_of, score
 from stages.core.llm import LLMRequest, sees_images
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
@@ -68,6 +68,8 @@ STAGE = Stage(
         "vision": Param(bool, None, "show the image; null = what the backend takes (llamacpp: no, the text stand-in)"),
     },
     run=run,
+    prompts=("mavis_entail_image",),
+    rejects={**ENTAILMENT_REJECTS, "image_not_kept": "the image stages dropped the document's image for this fact (see their rejects)"},
 )
 
 if __name__ == "__main__":

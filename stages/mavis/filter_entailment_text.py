@@ -17,7 +17,7 @@ Invariant: text pairs in = scores + rejected.
 """
 from __future__ import annotations
 
-from stages.mavis.entailment import pairs_of, score
+from stages.mavis.entailment import ENTAILMENT_REJECTS, pairs_of, score
 from stages.core.llm import LLMRequest
 from stages.core.stage import Input, Output, Param, Stage
 
@@ -47,6 +47,8 @@ STAGE = Stage(
         "max_premise_chars": Param(int, 4000, "passage characters shown (a C4 passage is ~100 words)", min=1),
     },
     run=run,
+    prompts=("mavis_entail_text",),
+    rejects=ENTAILMENT_REJECTS,
 )
 
 if __name__ == "__main__":

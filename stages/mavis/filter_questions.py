@@ -138,6 +138,11 @@ STAGE = Stage(
     },
     run=run,
     invariant=invariant,
+    rejects={  # one per rule, in this order: the first the post fails (the detail lists them all)
+        "title_not_question_word": "the title does not start with a question word",
+        "title_without_question_mark": "the title does not end with a question mark",
+        "no_long_answer": "no top-level comment is long enough (min_answer_chars, min_answer_sentences)",
+    },
 )
 
 if __name__ == "__main__":

@@ -130,6 +130,13 @@ STAGE = Stage(
         "limit": Param(int, 0, "a demo knob: check only the first N instances by id, reject the rest (over_limit); 0 = all", min=0),
     },
     run=run,
+    prompts=("mavis_answer_without_image", "mavis_judge_visual"),
+    rejects={
+        "over_limit": "past the first `limit` instances by id (a demo knob)",
+        "answered_without_image": "more than max_right models were judged right without the image (named in the detail)",
+        "invalid_response": "a model's Table 7 answer failed after the client's retries",
+        "invalid_verdict": "the judge's Table 8 answer was not yes/no after the client's retries",
+    },
 )
 
 if __name__ == "__main__":

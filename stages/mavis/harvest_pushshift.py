@@ -100,7 +100,7 @@ from tqdm import tqdm
 
 from stages.core.forked import ForkedGenerator
 from stages.core.ids import shard_of
-from stages.mavis.reddit_records import (PlainComment, PlainPost, bad_field, comment_fields, direct_image, image_urls, plain_gallery_urls,
+from stages.mavis.reddit_records import (REDDIT_REJECTS, PlainComment, PlainPost, bad_field, comment_fields, direct_image, image_urls, plain_gallery_urls,
                                         post_fields, record_id)
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import table_schema
@@ -747,6 +747,16 @@ STAGE = Stage(
     },
     run=run,
     invariant=invariant,
+    rejects={
+        **REDDIT_REJECTS,
+        "bad_json": "the line is not JSON (or not UTF-8)",
+        "duplicate": "a post or comment id seen before",
+        "subreddit_not_configured": "the post's subreddit is not in the domains mapping",
+        "nsfw": "an NSFW post (include_nsfw is false)",
+        "not_top_level": "a comment that answers another comment, not the post",
+        "post_not_kept": "a comment under a post that was not kept",
+        "truncated_frame": "the dump file ends mid-frame (after its readable lines)",
+    },
 )
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ from requests.structures import CaseInsensitiveDict
 
 from stages.core.fetch import FetchError, WarcRecorder, load_archive
 from stages.core.ids import shard_of
-from stages.mavis.reddit_records import comment_fields, image_urls, int_field, post_fields, record_id
+from stages.mavis.reddit_records import REDDIT_REJECTS, comment_fields, image_urls, int_field, post_fields, record_id
 from stages.core.retry import RetriesExhausted, RetryPolicy, with_retries
 from stages.core.schema_check import answer_problem
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
@@ -471,6 +471,16 @@ STAGE = Stage(
     },
     run=run,
     invariant=invariant,
+    rejects={
+        **REDDIT_REJECTS,
+        "duplicate": "a post or comment listed earlier in this harvest",
+        "subreddit_not_configured": "the post's subreddit is not in the domains mapping",
+        "nsfw": "an NSFW post (include_nsfw is false)",
+        "comments_unavailable": "the post's comments could not be fetched after the retries",
+        "not_top_level": "a comment that answers another comment, not the post",
+        "post_not_kept": "a comment whose link_id is not its post's",
+                "bad_answer": "the comment tree or morechildren answer is not the shape praw reads",
+    },
 )
 
 if __name__ == "__main__":

@@ -101,6 +101,18 @@ def _unescape(text: str) -> str:
     return text.replace("&amp;", "&") if "&" not in text.replace("&amp;", "") else html.unescape(text)
 
 
+# The reasons these checks reject with, shared by both harvests' `rejects`.
+REDDIT_REJECTS = {
+    "not_an_object": "the record is not a JSON object",
+    "missing_field": "the record has no id, or no subreddit (post) or link_id (comment)",
+    "bad_field_type": "a field holds a value of the wrong type (the detail names field, value and type)",
+    "no_image": "the post is neither a gallery nor a direct image url",
+    "gallery_without_valid_images": "a gallery post none of whose items is a valid image",
+    "gallery_item_failed": "one item of a kept gallery post whose status is not valid (left out of the gallery)",
+    "gallery_item_no_metadata": "one item of a kept gallery post without media metadata or a source url (left out)",
+}
+
+
 def bad_field(field: str, value: object, expected: str) -> Reject:
     return Reject("bad_field_type", f"{field}={value!r:.200} ({type(value).__name__}, expected {expected})")
 

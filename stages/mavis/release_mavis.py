@@ -46,6 +46,7 @@ import duckdb
 import pyarrow as pa
 from PIL import Image
 
+from stages.core.dataset_card import reject_rows
 from stages.core.images import ImageStore
 from stages.core.release import md_table, publish_release, reject_counts
 from stages.core.review import read_sheet
@@ -59,6 +60,7 @@ FACT_DOCUMENTS = pa.schema([("fact_id", pa.string()), ("doc_id", pa.string()), (
 IMAGES = pa.schema([("sha256", pa.string()), ("path", pa.string()), ("width", pa.int32()), ("height", pa.int32()),
                     ("url", pa.string()), ("role", pa.string())])
 DECISIONS = ("yes", "no")
+ANNOTATION_REJECTS = {("annotation", "irrelevant"): "annotators judged the fact irrelevant to the question"}
 
 
 def read_annotations(path: str, docs_per_fact: int) -> dict[str, dict]:
@@ -129,7 +131,7 @@ def card(name: str, version: str, tables: dict[str, pa.Table]) -> str:
             "## Instances by domain (MAVIS Table 11)",
             md_table(["domain", "questions", "answers", "test"], [list(r) for r in by_domain]),
             "## Rows dropped, by stage and reason",
-            md_table(["stage", "reason", "rows"], [list(r) for r in rejects]) if rejects else "None.",
+            md_table(["stage", "reason", "rows", "meaning"], reject_rows(rejects, ANNOTATION_REJECTS)) if rejects else "None.",
             "## Tables",
             md_table(["table", "rows"], [[t, tables[t].num_rows] for t in tables if t != "questions_images"]),
         ]
@@ -286,6 +288,7 @@ STAGE = Stage(
         "docs_per_fact": Param(int, 3, "grounded_k columns of the annotation sheet (sample_annotation.docs_per_fact)", min=1),
     },
     run=run,
+    rejects={},
 )
 
 if __name__ == "__main__":

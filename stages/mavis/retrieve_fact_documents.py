@@ -164,6 +164,13 @@ STAGE = Stage(
     },
     run=run,
     invariant=invariant,
+    rejects={
+        "empty_fact": "the fact has no text",
+        "no_documents": "neither the image search nor the text index found anything for the fact",
+        "not_in_archive": "replay: the image search for this fact was never recorded",
+                "bad_answer": "the search provider's JSON for this fact's query is not its API's shape",
+                "http_<status>": "the provider answered this fact's query with a 4xx that concerns it alone (e.g. http_414)",
+    },
 )
 
 if __name__ == "__main__":

@@ -129,6 +129,7 @@ STAGE = Stage(
     },
     run=run,
     invariant=invariant,
+    rejects={},  # an instance is sampled or not
 )
 
 if __name__ == "__main__":

@@ -161,6 +161,12 @@ STAGE = Stage(
         "check_figures": Param(bool, False, "also check answers about figures against their captions"),
     },
     run=run,
+    rejects={
+        "copies_prompt_example": "the question, or a locating answer, is (nearly) one of the examples quoted in the generation prompts",
+        "repeated_options": "two options of a locating question are the same after normalisation",
+        "answer_not_in_evidence": "a locating answer whose numbers, names or content words are not in its evidence element",
+        "duplicate_question": "(nearly) the same question as an earlier one of the same paper",
+    },
 )
 
 if __name__ == "__main__":

@@ -195,6 +195,18 @@ STAGE = Stage(
         "min_answer_words": Param(int, 5, "an answer span needs this many words besides its references", min=0),
     },
     run=run,
+    prompts=("mcitebench_explanation_qa",),
+    rejects={
+        "empty_thread": "a thread without a reviewer question or without an authors' response",
+        "no_explicit_reference": "the response, or a triple's answer span, cites no section, line, figure or table",
+        "invalid_answer": "a call's answer stayed invalid after the client's retries (raw text kept)",
+        "no_triple": "the model proposed no question-answer-evidence triple for the thread",
+        "not_qualified": "the model itself judged the triple invalid",
+        "answer_not_in_response": "the answer span's sentence numbers are not in the response part shown",
+        "answer_too_short": "the answer span has fewer than min_answer_words words besides its references",
+        "question_cites_evidence": "the question names a section, line, figure or table",
+        "duplicate_triple": "the same (question, answer span) proposed again",
+    },
 )
 
 if __name__ == "__main__":

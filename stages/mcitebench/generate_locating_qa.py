@@ -122,6 +122,13 @@ STAGE = Stage(
         "max_content_chars": Param(int, 3000, "element content is cut to this length in the prompt", min=100),
     },
     run=run,
+    prompts=("mcitebench_locating_qa",),
+    rejects={
+        "invalid_answer": "the answer stayed invalid after the client's retries (raw text kept)",
+        "refused": "the generator set the Refusal field",
+        "question_cites_evidence": "the question names a figure, table, section or line",
+        "duplicate_options": "the four options are not distinct",
+    },
 )
 
 if __name__ == "__main__":

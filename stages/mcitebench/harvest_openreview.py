@@ -400,6 +400,13 @@ STAGE = Stage(
         "password_env": Param(str, "OPENREVIEW_PASSWORD", "environment variable holding the password (optional)"),
     },
     run=run,
+    rejects={
+        "malformed_note": "a submission without id, forum or title",
+        "withdrawn": "a withdrawn submission (drop_withdrawn)",
+        "pdf_unavailable": "the note names a PDF that could not be fetched",
+        "pdf_too_large": "the PDF is larger than max_pdf_bytes",
+        "not_a_pdf": "the PDF endpoint answered bytes that are no PDF",
+    },
 )
 
 if __name__ == "__main__":

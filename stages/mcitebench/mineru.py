@@ -33,6 +33,15 @@ from stages.core.retry import RetriesExhausted, RetryPolicy, read_body, with_ret
 from stages.core.stage import Reject, StageError
 
 
+# The reasons check_pdf and parse_pdf reject with.
+MINERU_REJECTS = {
+    "not_a_pdf": "the stored file is no PDF (empty, an HTML error page)",
+    "encrypted_pdf": "the PDF needs a password",
+    "corrupt_pdf": "PDFium, or MinerU, cannot open the PDF",
+    "mineru_failed": "any other MinerU error: the request failed after its retries, an error answer, an unreadable zip or middle_json",
+}
+
+
 @contextmanager
 def mineru_service(server_url: str, tier: str, mineru_home: str, startup_timeout: float) -> Iterator[str]:
     """The base URL of `server_url`, or of a `mineru-api` started for the block."""

@@ -9,7 +9,8 @@ resolved in the paper's elements (MinerU output, table mcitebench_elements):
 - "Line 39" / "Lines 39-41": the paragraph(s) whose margin line numbers hold those lines, where the
   PDF has line numbers; "Section 4.3, Line 39" prefers paragraphs of section 4.3 and falls back to
   the whole section when the PDF has no line numbers.
-A question is rejected when any reference points into the appendix (`appendix_reference`: the seed
+An explanation answer without any explicit reference is rejected (`no_reference`). A question is
+rejected when any reference points into the appendix (`appendix_reference`: the seed
 keeps main-body evidence only), cannot be resolved (`unresolved_reference`), is a figure/table
 without an image crop (`evidence_without_image`), or when it needs more than `max_evidence`
 elements (`too_much_evidence`: evidence plus distractors form a fixed-size input). A locating
@@ -239,6 +240,13 @@ STAGE = Stage(
     },
     params={"max_evidence": Param(int, 4, "most evidence elements a question may have (the input holds evidence + distractors)", min=1)},
     run=run,
+    rejects={
+        "no_reference": "an explanation answer with no explicit reference",
+        "appendix_reference": "a reference points into the appendix (the seed keeps main-body evidence only)",
+        "unresolved_reference": "a reference resolves to no element of the parsed paper",
+        "evidence_without_image": "a figure or table evidence element without an image crop",
+        "too_much_evidence": "more than max_evidence evidence elements",
+    },
 )
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from __future__ import annotations
 from tqdm import tqdm
 
 from stages.core.images import ImageStore, pdf_path
-from stages.mcitebench.mineru import check_pdf, mineru_service, parse_pdf
+from stages.mcitebench.mineru import MINERU_REJECTS, check_pdf, mineru_service, parse_pdf
 from stages.mcitebench.pdf_layout import build_elements
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
@@ -96,6 +96,13 @@ STAGE = Stage(
     },
     run=run,
     invariant=check_counts,
+    rejects={
+        **MINERU_REJECTS,
+        "no_pdf": "the submission has no PDF",
+        "pdf_not_in_store": "the submission's PDF is not in the PDF store",
+        "needs_ocr_tier": "no text layer: the flash tier, or ocr_mode txt, extracts no text",
+        "no_text_found": "an OCR tier found no text either",
+    },
 )
 
 if __name__ == "__main__":

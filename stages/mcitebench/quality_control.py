@@ -4,7 +4,8 @@ seed's criteria, relevance, clarity and evidence alignment (0 poor, 1 acceptable
 prompts/mcitebench_quality_control.md), and samples scoring below `min_score` on any criterion are
 rejected (`low_quality`, with the judge's reason). The scores are their own table, so changing the
 threshold re-decides from cached calls. A sample without a schema-valid judgement is rejected
-(`invalid_answer`), never kept by default.
+(`invalid_answer`), never kept by default; one whose evidence elements are not in the elements
+table is rejected before the call (`unknown_evidence`).
 
 The seed then has annotators verify the kept samples; this stage exports the review sheet for
 them: a CSV with one row per kept sample (question, answer, options, evidence keys and contents,
@@ -119,6 +120,12 @@ STAGE = Stage(
         "max_evidence_chars": Param(int, 1500, "each evidence item is cut to this length in the prompt", min=100),
     },
     run=run,
+    prompts=("mcitebench_quality_control",),
+    rejects={
+        "unknown_evidence": "the sample's evidence elements are not in the elements table",
+        "invalid_answer": "no schema-valid judgement after the client's retries",
+        "low_quality": "a criterion scored below min_score (the judge's reason in the detail)",
+    },
 )
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ evidence and distractors, after the human review decisions, as
 Human review: `review` is a filled-in copy of quality_control's review sheet (CSV with
 question_id and decision = keep | reject | empty). Rejected rows become rejects with reason
 `human_rejected` (the note is kept); an empty decision keeps the sample. A question whose image
-is missing from the image store is rejected (`image_missing`).
+is missing from the image store is rejected (`image_missing`), one whose evidence or distractor
+elements are missing from the elements table `unknown_evidence`.
 
 Quotas (§3.6, Table 1): with `quotas` set (e.g. total 3000; question_type explanation 2000,
 locating 1000; source_type single/multi; evidence_modality text/figure/table/mixed; seed), the
@@ -50,7 +51,7 @@ from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import table_schema, to_arrow
 from stages.core.evidence import label_key
 
-VERSION = "1"
+VERSION = "2"  # 2: the card prints each reject reason's meaning
 DECISIONS = {"": "keep", "keep": "keep", "reject": "reject"}
 
 # Table 1 of the seed, one query per row, over the release tables.
@@ -100,7 +101,8 @@ def table1(tables: dict[str, pa.Table]) -> list[tuple[str, object]]:
         con.close()
 
 
-def card(name: str, version: str, stats: list[tuple[str, object]], rejected: dict[str, int], quotas: list[dict] | None = None) -> str:
+def card(name: str, version: str, stats: list[tuple[str, object]], rejected: dict[str, int], quotas: list[dict] | None = None,
+         meanings: dict[str, str] | None = None) -> str:
     rows = [[label, "" if value is None else value] for label, value in stats]
     quota_part = [] if not quotas else [
         "## Quotas (MCiteBench Table 1 targets: target vs achieved)",
@@ -133,7 +135,7 @@ def card(name: str, version: str, stats: list[tuple[str, object]], rejected: dic
         "",
         "## Dropped at release",
         "",
-        md_table(["Reason", "Questions"], sorted(rejected.items())) if rejected else "none",
+        md_table(["Reason", "Questions", "Meaning"], [[r, n, (meanings or {}).get(r, "")] for r, n in sorted(rejected.items())]) if rejected else "none",
         "",
     ]
     return "\n".join(lines)
@@ -247,7 +249,7 @@ def run(ctx):
             for rec in records:
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
-    publish_release(ctx, tables, lambda name, version: card(name, version, table1(tables), dict(ctx.rejected_by_reason), achieved), export)
+    publish_release(ctx, tables, lambda name, version: card(name, version, table1(tables), dict(ctx.rejected_by_reason), achieved, ctx.stage.rejects), export)
 
 
 STAGE = Stage(
@@ -270,6 +272,12 @@ STAGE = Stage(
         "quotas": Param(dict, {}, "target counts (total, question_type, source_type, evidence_modality, seed); empty = release every question"),
     },
     run=run,
+    rejects={
+        "human_rejected": "rejected in the review sheet (the note in the detail)",
+        "unknown_evidence": "evidence or distractor elements missing from the elements table",
+        "image_missing": "a figure or table image is not in the image store",
+        "over_quota": "not drawn by the release quotas' stratified sample",
+    },
 )
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ Ties between modalities and the choice within a modality come from a random gene
 (`seed`, question id): the same question always gets the same distractors, whatever the order of
 the rows. A question whose paper cannot supply enough distractors is rejected
 (`too_few_elements`); one whose evidence leaves fewer than `min_distractors` slots is rejected
-(`too_much_evidence`).
+(`too_much_evidence`); one whose evidence elements are not in the elements table, or that has
+none, is rejected (`unknown_evidence`).
 
 Inputs:  questions (mcitebench_questions), evidence (mcitebench_evidence), elements (mcitebench_elements)
 Outputs: questions (mcitebench_questions with distractor_count, counted), distractors (mcitebench_distractors)
@@ -130,6 +131,11 @@ STAGE = Stage(
         "seed": Param(int, 0, "sampling seed (combined with each question id)"),
     },
     run=run,
+    rejects={
+        "unknown_evidence": "the question's evidence elements are not in the elements table",
+        "too_much_evidence": "the evidence leaves fewer than min_distractors slots of info_count",
+        "too_few_elements": "the paper cannot supply enough distractors",
+    },
 )
 
 if __name__ == "__main__":

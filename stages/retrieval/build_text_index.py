@@ -148,6 +148,7 @@ STAGE = Stage(
     },
     run=run,
     invariant=invariant,
+    rejects={"empty_text": "a document with no text"},
 )
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import dataclasses
 import json
 import os
 
-from stages.core.fetch import FETCH_PARAMS, FetchError, Fetcher, parse_url, stage_fetch_settings
+from stages.core.fetch import FETCH_PARAMS, FETCH_REJECTS, FetchError, Fetcher, parse_url, stage_fetch_settings
 from stages.core.ids import content_id
 from stages.core.pages import HTML_TYPES, PageStore, Undecodable, count_images, decode_html, html_to_markdown, looks_broken
 from stages.core.schema_check import answer_problem
@@ -176,6 +176,16 @@ STAGE = Stage(
         **FETCH_PARAMS,
     },
     run=run,
+    rejects={
+        **FETCH_REJECTS,
+        "empty_page": "the page has no bytes",
+        "not_html": "another Content-Type (a PDF, an image)",
+        "undecodable": "not valid in its declared charset, or not UTF-8 when none is declared",
+        "broken_html": "binary or markup-less data served as HTML",
+        "no_content": "the reader found no main text",
+        "reader_error": "the reader API's reply is not its JSON",
+                "duplicate_page": "a second result row of one query with the same url",
+    },
 )
 
 if __name__ == "__main__":

@@ -105,6 +105,11 @@ STAGE = Stage(
     },
     run=run,
     invariant=invariant,
+    rejects={
+        "empty_query": "the query has no text",
+        "duplicate_query": "a query id seen before (the first row is asked)",
+        "no_match": "no passage shares a term with the query",
+    },
 )
 
 if __name__ == "__main__":

@@ -120,6 +120,13 @@ STAGE = Stage(
     },
     run=run,
     invariant=invariant,
+    rejects={
+        "empty_query": "the query has no text",
+        "duplicate_query": "a query id seen before (the first row is searched)",
+        "no_results": "the provider answered and found nothing of any asked kind",
+                "bad_answer": "the search provider's JSON for this query is not its API's shape",
+                "http_<status>": "the provider answered this query with a 4xx that concerns it alone (e.g. http_414: the query is too long)",
+    },
 )
 
 if __name__ == "__main__":

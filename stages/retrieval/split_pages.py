@@ -144,6 +144,7 @@ STAGE = Stage(
     },
     run=run,
     invariant=invariant,
+    rejects={"empty_page": "no text and no image left after cleaning", "bad_url": "the page's own url does not parse"},
 )
 
 if __name__ == "__main__":
