@@ -12,12 +12,13 @@ its context the snippet and the page that shows it. Text elements and page resul
 
 Output `refs` (m2rag_image_refs): one row per image element and per image result, the input of
 cache_images (owner_id, url, query_id), whose (owner_id, url) key the later image tables keep.
-Rejects: none (a bad url is cache_images' `bad_url`). Invariant: image items in = rows out.
+Rejects: null_column (an image element without a placeholder number; a bad url is cache_images'
+`bad_url`). Invariant: image items in = rows out + rejected.
 """
 from __future__ import annotations
 
 from stages.core.pages import surrounding_text
-from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "1"
 
@@ -33,6 +34,8 @@ def run(ctx) -> None:
             chunk[el["page_id"]] = el["text"]
             continue
         with ctx.item(el["element_id"]):
+            if el["placeholder"] is None:  # the table allows it for text elements only
+                raise Reject("null_column", "column 'placeholder' is null for an image element")
             context = surrounding_text(chunk.get(el["page_id"], ""), p["placeholder"].format(n=el["placeholder"]), p["context_chars"])
             writer.write({"id": el["element_id"], "owner_id": el["page_id"], "query_id": el["query_id"], "source": "page",
                           "position": el["placeholder"], "url": el["image_url"], "alt": el["text"], "context": context})
