@@ -55,6 +55,8 @@ CATEGORIES = [{"id": i, "name": f"topic {i}", "description": f"queries about top
 
 # Stages with no table input: what they read is a file format of its own, fed bad files elsewhere.
 FILE_INPUTS = {
+    "mavis_retrieval_quality": "a MAVIS release besides its queries (tests/test_mavis_retrieval_quality.py; no generated case yet)",
+    "mavis_validate_judge": "a MAVIS release besides its tables (tests/test_mavis_validate_judge.py; no generated case yet)",
     "attribution_inputs": "a JSONL file (tests/test_attribution_inputs.py)",
     "build_catalog": "any stage output files (tests/test_build_catalog.py)",
     "build_text_index": "corpus files (tests/test_build_text_index.py)",
@@ -104,6 +106,8 @@ CASES = {
     "citeeval_context": Case(lambda env: {"judge": "plain", "llm": env.llm()}),
     "citeeval_editdist": Case(),
     "citeeval_from_mcitebench": Case(),
+    "citeeval_from_m2rag": Case(),
+    "citeeval_from_mavis": Case(),
     "citeeval_itercoe": Case(lambda env: {"judge": "plain", "llm": env.llm()}),
     "citeeval_prepare": Case(),
     "citeeval_report": Case(),
@@ -164,7 +168,9 @@ CASES = {
 
 
 def all_stages() -> list[str]:
-    return sorted(p.stem for p in STAGES_DIR.glob("*/*.py") if p.parent.name != "core" and p.stem != "__init__")
+    from stages.core.declarations import stage_files  # stage modules, not a family's helper modules
+
+    return sorted(p.stem for p in stage_files())
 
 
 def test_every_stage_is_covered_or_reads_files():
