@@ -39,7 +39,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from schema_llm import plain_llm_server
-from stages.core.layout import STAGES_DIR, stage_module
+from stages.core.layout import stage_module
 from stages.core.tables import CONTRACT_REJECTS, table_contract, table_schema
 
 pytestmark = pytest.mark.contract
