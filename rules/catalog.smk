@@ -16,3 +16,13 @@ if W.report_families:
            reports={"funnel": {**_shown, "caption": "report/funnel.rst"}, "stages": {**_shown, "caption": "report/stages.rst"},
                     "card": {"category": "{family}", "subcategory": "release card"}})
 W.reports = W.steps["report_funnel"].every("funnel") if W.report_families else []
+
+# The bill before the run (stages/core/estimate.py): `snakemake estimate` runs only the free steps
+# whose outputs the model steps' counts need, then projects every model step's calls and cost.
+from stages.core.estimate import plan as _cost_plan  # noqa: E402
+
+_cost = _cost_plan(W)
+W.step("estimate_cost", family="catalog", section="estimate", folder=f"{W.rundir}/estimate", wiring={"plan": _cost},
+       inputs={"tables": [p for paths in _cost["measured"].values() for p in paths],
+               "profile": W.get("estimate.profile", "config/estimate_profile.yaml")},
+       files={"estimate": "estimate.json", "table": "estimate.md"})

@@ -111,7 +111,7 @@ def explain(config: dict, layers: list[tuple[str, dict]], only: str | None = Non
                     leaves[param] = {"value": spec.get("default", "<required>"), "origin": "stage default"}
             jobs.append({"wildcards": wildcards, "params": leaves})
             for param, spec in step.decl["params"].items():
-                for where, settings in _model_roles(param, spec, values.get(param)):
+                for where, settings in model_roles(param, spec, values.get(param)):
                     openai = settings.get("openai") or {}
                     roles.append({
                         "rule": name, "job": wildcards, "role": where, "backend": settings.get("backend"),
@@ -132,7 +132,8 @@ def _leaves(values: dict, origins: dict[str, str]):
         yield leaf, node
 
 
-def _model_roles(param: str, spec: dict, value: Any):
+def model_roles(param: str, spec: dict, value: Any):
+    """(role, settings) of each model a param configures: a model param, or each answerer's llm."""
     if spec.get("schema") == "llm" and isinstance(value, dict) and "backend" in value:
         yield param, value
     elif param == "answerers" and isinstance(value, list):
