@@ -188,9 +188,9 @@ def schema_instance(schema: dict, rng: Seeded, root: dict | None = None):
     if kind == "object":
         properties = schema.get("properties", {})
         return {name: schema_instance(properties.get(name, {}), rng, root) for name in schema.get("required", [])}
-    if kind == "array":
-        lowest, highest = schema.get("minItems", 0), schema.get("maxItems", 3)
-        n = max(lowest, min(1, highest))
+    if kind == "array":  # one to three items where the schema allows: a list a stage keeps part of still has rows after
+        lowest, highest = schema.get("minItems", 0), min(schema.get("maxItems", 3), 3)
+        n = max(lowest, min(1, highest) + rng.int(max(highest - max(lowest, 1), 0) + 1))
         items = [schema_instance(schema.get("items", {}), rng, root) for _ in range(n)]
         if schema.get("uniqueItems"):
             items = [item + i if isinstance(item, int) and not isinstance(item, bool) else item for i, item in enumerate(items)]

@@ -120,7 +120,7 @@ def test_schema_instances_are_valid_and_seeded():
 
 def test_one_stand_in_per_endpoint_of_the_real_recipe(stand_ins):
     served = {s["recipe"]: s for s in stand_ins.endpoint_map()["stand_ins"]}
-    endpoints = {"https://api.openai.com/v1", "https://api.deepseek.com/v1"} | {f"http://localhost:800{i}/v1" for i in range(1, 7)}
+    endpoints = {"https://api.openai.com/v1", "https://api.deepseek.com/v1", "http://localhost:8010/v1"} | {f"http://localhost:800{i}/v1" for i in range(1, 7)}
     assert endpoints <= set(served)
     assert set(served) - endpoints == {f"vllm:{m}" for m in ("openbmb/MiniCPM-V-2_6", "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct",
                                                              "Qwen/Qwen2-VL-7B-Instruct", "models/Qwen2.5-VL-7B-Instruct")}
