@@ -5,7 +5,8 @@ harvests and listings from files or archives, deterministic filters) whose outpu
 counts need, then this stage. Per model step (rule) it gives the rows its first input would hold,
 the model calls, prompt and completion tokens, and the price (`prices`: USD per million input and
 output tokens, by model name) or the GPU-hours (`throughput`: prefill and output tokens per second
-of a server, by endpoint URL or, for in-process backends, by model; `usd_per_hour` prices them).
+of a server, by endpoint URL or, for in-process backends, by model, times its `gpus`;
+`usd_per_hour` prices a GPU-hour).
 
 Projection (written under the table): a step's rows in are the rows of its first input, summed over
 its jobs (a job of an evaluated model reads all of it); those rows are given (`given`: the rows a
@@ -39,8 +40,8 @@ METHOD = (
     "in x calls per row in; tokens = calls x tokens per call; calls split over the step's models by their measured "
     "shares. Per-row figures come from the profile {profile} ({source}). A positive `limit` caps a job's rows in. "
     "Price: USD per million input and output tokens of the model (`estimate.prices`); GPU-hours: prompt tokens / "
-    "prefill rate + completion tokens / output rate of the server (`estimate.throughput`), priced where it gives "
-    "usd_per_hour. Cache hits, retries of invalid answers beyond the profile's rate and rate-limit waits are not counted."
+    "prefill rate + completion tokens / output rate of the server, times its GPUs (`estimate.throughput`), priced "
+    "where it gives usd_per_hour. Cache hits, retries of invalid answers beyond the profile's rate and rate-limit waits are not counted."
 )
 
 
@@ -92,7 +93,8 @@ def price(role: dict, calls: float, prompt: float, completion: float, prices: di
         out["usd"] = (prompt * rate["input_per_mtok"] + completion * rate["output_per_mtok"]) / 1e6
     server = throughput.get(role["endpoint"]) or throughput.get(role["model"])
     if server and out["usd"] is None:
-        out["gpu_hours"] = (prompt / server["prefill_tokens_per_s"] + completion / server["output_tokens_per_s"]) / 3600
+        hours = (prompt / server["prefill_tokens_per_s"] + completion / server["output_tokens_per_s"]) / 3600
+        out["gpu_hours"] = hours * server.get("gpus", 1)
         if server.get("usd_per_hour") is not None:
             out["usd"] = out["gpu_hours"] * server["usd_per_hour"]
     return out
@@ -206,7 +208,8 @@ STAGE = Stage(
         "throughput": Param(dict, {}, "a model server's rates by endpoint URL (or model, for in-process backends)", items=Param(
             dict, fields={"output_tokens_per_s": Param(float, help="completion tokens per second", above=0),
                           "prefill_tokens_per_s": Param(float, help="prompt tokens per second", above=0),
-                          "usd_per_hour": Param(float, None, "what an hour of the server costs (optional)", min=0)})),
+                          "gpus": Param(int, 1, "GPUs the server holds (GPU-hours = its hours x gpus)", min=1),
+                          "usd_per_hour": Param(float, None, "what a GPU-hour costs (optional)", min=0)})),
     },
     run=run,
 )
