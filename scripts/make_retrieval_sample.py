@@ -255,7 +255,7 @@ def main() -> None:
         items = [{"kind": "customsearch#result", "title": title, "htmlTitle": html.escape(title), "link": url,
                   "displayLink": url.split("/")[2], "snippet": f"{title} - {answer[:80]}", "formattedUrl": url} for url, title, _ in pages]
         record(provider.url(question, "page", 1, m2rag_k), 200, "OK", [("Content-Type", "application/json; charset=UTF-8")],
-               google_answer(question, items, 1, m2rag_k, 100, False))
+               google_answer(question, items, 1, m2rag_k, len(items), False))  # all there is: no next page
         for url, _, body in pages:
             record(url, 200, "OK", HTML, body.encode())
             for src in body.split('src="')[1:]:

@@ -111,9 +111,12 @@ def test_schema_instances_are_valid_and_seeded():
     library = rs.Prompts()
     for name, prompt in library.prompts.items():
         if prompt.kind == "json":
-            one = rs.schema_instance(prompt.schema, rs.Seeded(b"a"))
-            jsonschema.Draft202012Validator(prompt.schema).validate(one)
-            assert one == rs.schema_instance(prompt.schema, rs.Seeded(b"a")), name
+            for seed in range(100):  # every draw valid: lists of one to three items, unique where the schema says
+                one = rs.schema_instance(prompt.schema, rs.Seeded(bytes([seed])))
+                jsonschema.Draft202012Validator(prompt.schema).validate(one)
+                assert one == rs.schema_instance(prompt.schema, rs.Seeded(bytes([seed]))), name
+    lengths = {len(rs.schema_instance(library.prompts["mavis_atomic_facts"].schema, rs.Seeded(bytes([i])))["subclaims"]) for i in range(30)}
+    assert lengths == {1, 2, 3}
     schema = library.prompts["mavis_eval_relevance"].schema  # an enum label: the hash picks among them
     assert len({json.dumps(rs.schema_instance(schema, rs.Seeded(bytes([i])))) for i in range(30)}) > 1
 
