@@ -7,8 +7,9 @@
 The run is read through the same plan the estimate uses (stages/core/estimate.py), so a step's
 first input and its jobs are the estimate's. For every step with a first input, over all its jobs:
 `rows_in` (the rows of that input its jobs read: Parquet row counts, or a release's report),
-`out_per_row` (rows of each output per row in); for a model step `calls_per_row`,
-`prompt_tokens_per_call` and `completion_tokens_per_call` (its reports' llm_* figures) and, with
+`out_per_row` (rows of each output per row in); for a model step `calls_per_row` (calls sent and
+answered from the cache: what a cold cache sends), `prompt_tokens_per_call` and
+`completion_tokens_per_call` (per call sent; its reports' llm_* figures) and, with
 --counts (the stand-ins' counts.json of a rehearsal), `roles`: each model role's share of the
 calls (the calls its stand-in answered for the prompts the step asked).
 """
@@ -30,11 +31,13 @@ from stages.core.explain import layered_config  # noqa: E402
 from stages.core.wiring import load_steps  # noqa: E402
 
 
-def rows(path: str, key: str) -> int:
-    """A step output's rows: a Parquet file's, or what its step's report says (a release manifest)."""
+def rows(path: str, key: str) -> int | None:
+    """A step output's rows: a Parquet file's, or what its step's report counts (a release manifest);
+    None for a file nothing counts (a report, a plot)."""
     if path.endswith(".parquet"):
         return pq.read_metadata(path).num_rows
-    return json.loads(Path(f"{path}.report.json").read_text())["rows_out"][key.split(".", 1)[1]]
+    report = Path(f"{path}.report.json")
+    return json.loads(report.read_text())["rows_out"].get(key.split(".", 1)[1]) if report.exists() else None
 
 
 def profile(configfiles: list[str], counts: dict | None) -> dict:
@@ -47,18 +50,19 @@ def profile(configfiles: list[str], counts: dict | None) -> dict:
         if entry["kind"] == "free" or not entry["input"] or not Path(step.sidecar("report")[0]).exists():
             continue
         jobs = step.domain if step.slot else [{}]
-        rows_in = sum(rows(p, made[p]) for wc in jobs for paths in step.inputs(wc).values() for p in paths if made.get(p) in entry["input"])
-        if not rows_in:
+        read = [rows(p, made[p]) for wc in jobs for paths in step.inputs(wc).values() for p in paths if made.get(p) in entry["input"]]
+        if not read or None in read or not sum(read):
             continue
-        figures: dict = {"rows_in": rows_in, "out_per_row": {
-            name: round(sum(rows(p, f"{rule}.{name}") for p in step.every(name)) / rows_in, 4)
-            for name, spec in step.decl["outputs"].items() if spec.get("table") or name == next(iter(step.decl["outputs"]))}}
-        if entry["kind"] == "model":
-            stats = [json.loads(Path(p).read_text())["stats"] for p in step.sidecar("report")]
-            calls = sum(s.get("llm_calls", 0) for s in stats)
-            figures["calls_per_row"] = round(calls / rows_in, 4)
-            figures["prompt_tokens_per_call"] = round(sum(s.get("llm_prompt_tokens", 0) for s in stats) / calls, 1) if calls else 0
-            figures["completion_tokens_per_call"] = round(sum(s.get("llm_completion_tokens", 0) for s in stats) / calls, 1) if calls else 0
+        rows_in = sum(read)
+        written = {name: [rows(p, f"{rule}.{name}") for p in step.every(name)] for name in step.decl["outputs"]}
+        figures: dict = {"rows_in": rows_in, "out_per_row": {name: round(sum(n) / rows_in, 4) for name, n in written.items() if None not in n}}
+        stats = [json.loads(Path(p).read_text())["stats"] for p in step.sidecar("report")]
+        sent = sum(s.get("llm_calls", 0) for s in stats)
+        if entry["kind"] == "model" and sent:  # a step answered from a warm cache alone tells no token counts
+            asked = sent + sum(s.get("llm_cache_hits", 0) for s in stats)  # what a run with a cold cache sends
+            figures["calls_per_row"] = round(asked / rows_in, 4)
+            figures["prompt_tokens_per_call"] = round(sum(s.get("llm_prompt_tokens", 0) for s in stats) / sent, 1)
+            figures["completion_tokens_per_call"] = round(sum(s.get("llm_completion_tokens", 0) for s in stats) / sent, 1)
             if counts:
                 prompts = {key[len("llm_calls["):-1] for s in stats for key in s if key.startswith("llm_calls[")}
                 answered: dict[str, int] = {}

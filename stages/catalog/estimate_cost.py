@@ -102,7 +102,7 @@ def price(role: dict, calls: float, prompt: float, completion: float, prices: di
 
 def estimate_step(rule: str, step: dict, projection: Projection, profile: dict, prices: dict, throughput: dict) -> dict:
     rows_in, basis = projection.rows_in(rule)
-    figures = profile.get(rule)
+    figures = profile.get(rule) if "calls_per_row" in profile.get(rule, {}) else None
     row = {"stage": step["stage"], "family": step["family"], "basis": basis, "profiled": bool(figures),
            "rows_in": None if rows_in is None else round(rows_in), "calls": None, "prompt_tokens": None,
            "completion_tokens": None, "usd": None, "gpu_hours": None, "roles": []}
