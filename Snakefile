@@ -3,6 +3,7 @@
 #   snakemake --cores 2 catalog      data/runs/<run>/catalog.duckdb over every stage output
 #   snakemake --cores 2 evaluate     run the configured models on the releases and score them
 #   snakemake --cores 2 report && snakemake report --report report.html   Snakemake's HTML report
+#   snakemake --cores 2 estimate --configfile <recipe>   a run's model calls and their cost, running only free steps
 #   python -m stages.core.explain --configfile <recipe>   every rule's params and where they come from
 import json
 import os
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 from stages.core.config import ConfigError, validate_config
+from stages.core.estimate import over_budget
 from stages.core.wiring import WiringError, load_steps
 
 # run-wide defaults and the papers' shared tables; the demo's caps only when no recipe is given
@@ -29,7 +31,6 @@ except WiringError as err:
     sys.exit(f"wiring: {err}")  # a rule file and a stage declaration disagree: one line, naming the rule
 
 include: "rules/steps.smk"
-
 
 rule release:
     default_target: True
@@ -55,6 +56,11 @@ rule evaluate:  # and the catalog over the evaluation tables it made (rules/cata
         W.catalog,
 
 
+rule estimate:  # the model steps' calls, tokens and cost, after running only the free steps (README "Real run")
+    input:
+        W.steps["estimate_cost"].output("table"),
+
+
 rule report:  # then `snakemake report --report report.html` (add `evaluate` to both for the evaluations)
     input:
         W.releases,
@@ -62,7 +68,20 @@ rule report:  # then `snakemake report --report report.html` (add `evaluate` to 
         W.reports,
 
 
+onstart:
+    # estimate.budget, checked once the DAG is known and before any job starts, against the last
+    # `snakemake estimate` of the same settings: a model step that would run and costs more stops the
+    # run here (the projection needs the whole DAG's counts, which only the estimate has; a check
+    # inside a job would see one shard, after the steps before it had spent). Dry runs skip hooks.
+    if W.get("estimate.budget") is not None:
+        _over = over_budget(W, W.get("estimate.budget"), {job.rule.name for job in workflow.dag.needrun_jobs()})
+        if _over:
+            sys.exit(_over)
+
+
 onsuccess:
+    if "estimate" in workflow.dag_settings.targets:
+        print(Path(W.steps["estimate_cost"].output("table")).read_text())
     for manifest in W.releases:
         if Path(manifest).exists():
             print(f"release: {os.path.relpath(json.loads(Path(manifest).read_text())['path'])}")

@@ -23,3 +23,16 @@ if W.report_families:
            reports={"funnel": {**_shown, "caption": "report/funnel.rst"}, "stages": {**_shown, "caption": "report/stages.rst"},
                     "card": {"category": "{family}", "subcategory": "release card"}})
 W.reports = W.steps["report_funnel"].every("funnel") if W.report_families else []
+
+# The bill before the run (stages/core/estimate.py): `snakemake estimate` runs only the free steps
+# whose outputs the model steps' counts need, then projects every model step's calls and cost. The
+# plan is made only when a job of this rule is (it reads every step's params: seconds at parse time).
+from functools import cache as _cache  # noqa: E402
+
+from stages.core.estimate import plan as _cost_plan  # noqa: E402
+
+_plan = _cache(lambda: _cost_plan(W))
+W.step("estimate_cost", family="catalog", section="estimate", folder=f"{W.rundir}/estimate", per_job=lambda wc: {"plan": _plan()},
+       inputs={"tables": lambda wc: [p for paths in _plan()["measured"].values() for p in paths],
+               "profile": W.get("estimate.profile", "config/estimate_profile.yaml")},
+       files={"estimate": "estimate.json", "table": "estimate.md"})

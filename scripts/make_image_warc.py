@@ -4,7 +4,7 @@ demo's image stages replay them offline (fetch mode `replay`).
     python scripts/make_image_warc.py [--dumps data/samples/reddit/RS_2023-01.zst ...] [--out ...]
 
 The urls are the ones the pipeline will ask for: every submission of the bundled dumps, read with
-harvest_pushshift's own reader and `image_urls` (same extensions as config/config.yaml), so the
+harvest_pushshift's own reader and `image_urls` (its image_extensions: the config's, else the stage's), so the
 archive and the demo cannot drift apart. The responses are synthesised, seeded by the url (the
 images are identical on every run; the WARC's record ids and dates are not), and written with the
 fetch layer's own WarcRecorder, so replay reads exactly what a live `record` run would write.
@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from stages.core.fetch import WarcRecorder  # noqa: E402
 from stages.mavis.reddit_records import image_urls  # noqa: E402
+from stages.core.wiring import declaration, lookup  # noqa: E402
 from stages.mavis.harvest_pushshift import read_zstd_lines  # noqa: E402
 
 DUMPS = ["data/samples/reddit/RS_2023-01.zst", "data/samples/reddit/askscience_submissions.zst"]
@@ -75,7 +76,9 @@ def main() -> None:
     parser.add_argument("--config", default="config/config.yaml")
     parser.add_argument("--out", default="data/samples/reddit/images.warc.gz", type=Path)
     args = parser.parse_args()
-    extensions = tuple(yaml.safe_load(Path(args.config).read_text())["mavis"]["harvest_pushshift"]["image_extensions"])
+    config = yaml.safe_load(Path(args.config).read_text()) or {}
+    extensions = tuple(lookup(config, "mavis.harvest_pushshift.image_extensions")
+                       or declaration("harvest_pushshift")["params"]["image_extensions"]["default"])
     lists = []
     for dump in args.dumps:
         for line in read_zstd_lines(dump):

@@ -2,7 +2,7 @@
 MAVIS demo's retrieve_fact_documents and fact_cache_images ask for, so the per-fact documents
 replay offline.
 
-    python scripts/make_mavis_fact_sample.py [--config config/config.yaml] \
+    python scripts/make_mavis_fact_sample.py [--config config/config.yaml --config config/demo.yaml] \
         [--facts 'data/runs/demo/mavis/extract_atomic_facts/facts.*.parquet'] [--out data/samples/retrieval/mavis_facts.warc.gz]
 
 The queries are the demo's kept atomic facts, so run the demo up to extract_atomic_facts first (the
@@ -59,7 +59,7 @@ def image_answer(query: str, items: list[dict], num: int) -> bytes:
 def load_config(paths: list[str] | None) -> dict:
     """The config files merged as Snakemake merges --configfile (nested mappings updated)."""
     config: dict = {}
-    for path in paths or ["config/config.yaml"]:
+    for path in paths or ["config/config.yaml", "config/demo.yaml"]:
         update_config(config, yaml.safe_load(Path(path).read_text()) or {})
     return config
 
@@ -67,7 +67,7 @@ def load_config(paths: list[str] | None) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", action="append", help="config files merged in order, as Snakemake merges them "
-                        "(default config/config.yaml; a recipe: the demo config, then the recipe and its overlays)")
+                        "(default config/config.yaml then config/demo.yaml; a recipe: config/config.yaml, the recipe, its overlays)")
     parser.add_argument("--facts", default="data/runs/demo/mavis/extract_atomic_facts/facts.*.parquet")
     parser.add_argument("--out", default="data/samples/retrieval/mavis_facts.warc.gz", type=Path)
     args = parser.parse_args()

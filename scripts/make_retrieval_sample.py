@@ -1,7 +1,7 @@
 """Generate data/samples/retrieval/web.warc.gz: the search API answers, pages and images the demo's
 retrieval stages ask for, so `snakemake --cores 2 release` replays them with no network.
 
-    python scripts/make_retrieval_sample.py [--config config/config.yaml] [--out data/samples/retrieval/web.warc.gz]
+    python scripts/make_retrieval_sample.py [--config config/config.yaml --config config/demo.yaml] [--out data/samples/retrieval/web.warc.gz]
     python scripts/make_retrieval_sample.py --config config/config.yaml --config <recipe> --eli5 <larger ELI5 file> --out <cache>/web.warc.gz
 
 The search requests are built by the provider's own code (stages.core.search.google) from the
@@ -50,17 +50,26 @@ from make_text_corpus import TOPICS  # noqa: E402
 
 from stages.core.fetch import WarcRecorder  # noqa: E402
 from stages.core.search.google import GoogleSearch  # noqa: E402
+from stages.core.wiring import declaration, lookup  # noqa: E402
 
 QUERY_TOPICS = {"demo:sky": "sky", "demo:volcano": "volcano", "demo:sourdough": "sourdough", "demo:battery": "battery"}
 HTML = [("Content-Type", "text/html; charset=utf-8")]
 
 
-def jpeg(seed: str, size=(200, 150)) -> bytes:
+def jpeg(seed: str, size=(200, 150), min_bytes: int = 0) -> bytes:
+    """A seeded block picture; where it is smaller than `min_bytes` (a recipe's size filter: M2RAG's
+    20 KB), grain is added and it grows by a quarter until the file is that large."""
     rng = np.random.default_rng(int(hashlib.sha256(seed.encode()).hexdigest()[:8], 16))
-    blocks = np.kron(rng.integers(0, 256, size=(3, 4, 3), dtype=np.uint8), np.ones((50, 50, 1), dtype=np.uint8))
-    buffer = io.BytesIO()
-    Image.fromarray(blocks).resize(size).save(buffer, "JPEG", quality=85)
-    return buffer.getvalue()
+    blocks = Image.fromarray(np.kron(rng.integers(0, 256, size=(3, 4, 3), dtype=np.uint8), np.ones((50, 50, 1), dtype=np.uint8)))
+    pixels = np.asarray(blocks.resize(size))
+    while True:
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, "JPEG", quality=85)
+        if len(buffer.getvalue()) >= min_bytes:
+            return buffer.getvalue()
+        size = (size[0] * 5 // 4, size[1] * 5 // 4)
+        grain = rng.integers(-64, 64, size=(size[1], size[0], 3))
+        pixels = np.clip(np.asarray(blocks.resize(size)).astype(np.int16) + grain, 0, 255).astype(np.uint8)
 
 
 def article(topic: str, title: str, host: str, seed: int) -> str:
@@ -170,15 +179,23 @@ def google_answer(query: str, items: list[dict], start: int, num: int, total: in
 def load_config(paths: list[str] | None) -> dict:
     """The config files merged as Snakemake merges --configfile (nested mappings updated)."""
     config: dict = {}
-    for path in paths or ["config/config.yaml"]:
+    for path in paths or ["config/config.yaml", "config/demo.yaml"]:
         update_config(config, yaml.safe_load(Path(path).read_text()) or {})
     return config
+
+
+def setting(config: dict, *sections: str, stage: str, param: str):
+    """A stage param as a run resolves it: the last of `sections` that sets it, else the stage's default."""
+    for section in reversed(sections):
+        if lookup(config, f"{section}.{param}") is not None:
+            return lookup(config, f"{section}.{param}")
+    return declaration(stage)["params"][param]["default"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", action="append", help="config files merged in order, as Snakemake merges them "
-                        "(default config/config.yaml; a recipe: the demo config, then the recipe and its overlays)")
+                        "(default config/config.yaml then config/demo.yaml; a recipe: config/config.yaml, the recipe, its overlays)")
     parser.add_argument("--queries", default="data/samples/retrieval/queries.jsonl")
     parser.add_argument("--eli5", default="data/samples/eli5.jsonl", help="the M2RAG demo's ELI5 questions")
     parser.add_argument("--out", default="data/samples/retrieval/web.warc.gz", type=Path)
@@ -226,8 +243,8 @@ def main() -> None:
                                           "thumbnailLink": f"https://thumbs.example/{topic}-{n}", "thumbnailHeight": 75, "thumbnailWidth": 100}})
         record(provider.url(query["text"], "image", 1, search["image_top_k"]), 200, "OK", [("Content-Type", "application/json; charset=UTF-8")],
                google_answer(query["text"], image_items, 1, search["image_top_k"], 120, True))
-    m2rag_search = config["m2rag"]["search_web"]
-    m2rag_k, m2rag_images = m2rag_search["page_top_k"], m2rag_search.get("image_top_k", 0)
+    m2rag_k, m2rag_images = (setting(config, "retrieval.search_web", "m2rag.search_web", stage="search_web", param=k)
+                             for k in ("page_top_k", "image_top_k"))
     near_duplicates = {}  # the explainer's photo url -> the diagram it re-encodes
     for line in Path(args.eli5).read_text().splitlines():
         row = json.loads(line)
@@ -238,7 +255,7 @@ def main() -> None:
         items = [{"kind": "customsearch#result", "title": title, "htmlTitle": html.escape(title), "link": url,
                   "displayLink": url.split("/")[2], "snippet": f"{title} - {answer[:80]}", "formattedUrl": url} for url, title, _ in pages]
         record(provider.url(question, "page", 1, m2rag_k), 200, "OK", [("Content-Type", "application/json; charset=UTF-8")],
-               google_answer(question, items, 1, m2rag_k, 100, False))
+               google_answer(question, items, 1, m2rag_k, len(items), False))  # all there is: no next page
         for url, _, body in pages:
             record(url, 200, "OK", HTML, body.encode())
             for src in body.split('src="')[1:]:
@@ -261,11 +278,14 @@ def main() -> None:
                    google_answer(question, aux, 1, m2rag_images, 50, True))
     for url in sorted(images):
         record(url, 200, "OK", [("Content-Type", "image/jpeg")], jpeg(url))
-    for url in sorted(small - images):  # the M2RAG demo's images: small, to keep the archive small (banners smaller still)
-        record(url, 200, "OK", [("Content-Type", "image/jpeg")], jpeg(url, (96, 24) if "://ads." in url else (120, 90)))
+    # the M2RAG images: small, to keep the archive small (banners smaller still), but as large as the
+    # run's M2RAG size filter asks (the demo's 1 KB, the seed's 20 KB), so the filter's other rules are what shows
+    min_bytes = setting(config, "m2rag.filter_images", "images.filter_images", stage="filter_images", param="min_bytes")
+    for url in sorted(small - images):
+        record(url, 200, "OK", [("Content-Type", "image/jpeg")], jpeg(url, (96, 24)) if "://ads." in url else jpeg(url, (120, 90), min_bytes))
     for url, original in sorted(near_duplicates.items()):  # the same pixels as a PNG: another file, the same pHash
         buffer = io.BytesIO()
-        Image.open(io.BytesIO(jpeg(original, (120, 90)))).save(buffer, "PNG")
+        Image.open(io.BytesIO(jpeg(original, (120, 90), min_bytes))).save(buffer, "PNG")
         record(url, 200, "OK", [("Content-Type", "image/png")], buffer.getvalue())
     recorder.commit()
     print(f"wrote {records} records ({len(images | small | set(near_duplicates))} images) to {args.out} ({args.out.stat().st_size / 1e3:.0f} kB)")

@@ -188,12 +188,16 @@ def schema_instance(schema: dict, rng: Seeded, root: dict | None = None):
     if kind == "object":
         properties = schema.get("properties", {})
         return {name: schema_instance(properties.get(name, {}), rng, root) for name in schema.get("required", [])}
-    if kind == "array":
-        lowest, highest = schema.get("minItems", 0), schema.get("maxItems", 3)
-        n = max(lowest, min(1, highest))
-        items = [schema_instance(schema.get("items", {}), rng, root) for _ in range(n)]
-        if schema.get("uniqueItems"):
-            items = [item + i if isinstance(item, int) and not isinstance(item, bool) else item for i, item in enumerate(items)]
+    if kind == "array":  # one to three items where the schema allows: a list a stage keeps part of still has rows after
+        lowest, highest = schema.get("minItems", 0), min(schema.get("maxItems", 3), 3)
+        n = max(lowest, min(1, highest) + rng.int(max(highest - max(lowest, 1), 0) + 1))
+        items: list = []
+        for _ in range(10 * n):  # distinct draws where the items must be unique
+            item = schema_instance(schema.get("items", {}), rng, root)
+            if not schema.get("uniqueItems") or item not in items:
+                items.append(item)
+            if len(items) == n:
+                break
         return items
     if kind in ("integer", "number"):
         low = schema.get("minimum", schema.get("exclusiveMinimum", -1) + 1)
@@ -448,7 +452,11 @@ class StandIns:
                     body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 except ValueError as err:
                     return self._send(400, error(endpoint.flavour, 400, f"the body is not JSON: {err}", "BadRequestError", "invalid_json"))
-                self._send(*outer._answer(endpoint, self.path, self.headers.get("Authorization", ""), body))
+                try:
+                    answer = outer._answer(endpoint, self.path, self.headers.get("Authorization", ""), body)
+                except Exception as err:  # a stand-in bug, not a model's: said in the answer, not a dropped connection
+                    answer = 500, error(endpoint.flavour, 500, f"rehearsal stand-in failed: {err!r}"[:2000], "InternalServerError", "stand_in_bug")
+                self._send(*answer)
 
         return Handler
 

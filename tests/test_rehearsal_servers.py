@@ -111,16 +111,19 @@ def test_schema_instances_are_valid_and_seeded():
     library = rs.Prompts()
     for name, prompt in library.prompts.items():
         if prompt.kind == "json":
-            one = rs.schema_instance(prompt.schema, rs.Seeded(b"a"))
-            jsonschema.Draft202012Validator(prompt.schema).validate(one)
-            assert one == rs.schema_instance(prompt.schema, rs.Seeded(b"a")), name
+            for seed in range(100):  # every draw valid: lists of one to three items, unique where the schema says
+                one = rs.schema_instance(prompt.schema, rs.Seeded(bytes([seed])))
+                jsonschema.Draft202012Validator(prompt.schema).validate(one)
+                assert one == rs.schema_instance(prompt.schema, rs.Seeded(bytes([seed]))), name
+    lengths = {len(rs.schema_instance(library.prompts["mavis_atomic_facts"].schema, rs.Seeded(bytes([i])))["subclaims"]) for i in range(30)}
+    assert lengths == {1, 2, 3}
     schema = library.prompts["mavis_eval_relevance"].schema  # an enum label: the hash picks among them
     assert len({json.dumps(rs.schema_instance(schema, rs.Seeded(bytes([i])))) for i in range(30)}) > 1
 
 
 def test_one_stand_in_per_endpoint_of_the_real_recipe(stand_ins):
     served = {s["recipe"]: s for s in stand_ins.endpoint_map()["stand_ins"]}
-    endpoints = {"https://api.openai.com/v1", "https://api.deepseek.com/v1"} | {f"http://localhost:800{i}/v1" for i in range(1, 7)}
+    endpoints = {"https://api.openai.com/v1", "https://api.deepseek.com/v1", "http://localhost:8010/v1"} | {f"http://localhost:800{i}/v1" for i in range(1, 7)}
     assert endpoints <= set(served)
     assert set(served) - endpoints == {f"vllm:{m}" for m in ("openbmb/MiniCPM-V-2_6", "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct",
                                                              "Qwen/Qwen2-VL-7B-Instruct", "models/Qwen2.5-VL-7B-Instruct")}

@@ -70,24 +70,36 @@ def _update(config: dict, overwrite: dict) -> None:
             config[key] = value
 
 
-def _has(values: Any, path: list[str]) -> bool:
-    for part in path:
-        if isinstance(values, dict) and part in values:
-            values = values[part]
-        elif isinstance(values, list) and part.isdigit() and int(part) < len(values):
-            values = values[int(part)]
+_MISSING = object()
+
+
+def _at(node: Any, path: str) -> Any:
+    """The value at a dotted path, or _MISSING. A mapping key may hold dots itself (a model named
+    gpt-4.1, an endpoint URL): the longest key that matches is taken first."""
+    parts = path.split(".")
+    i = 0
+    while i < len(parts):
+        if isinstance(node, list) and parts[i].isdigit() and int(parts[i]) < len(node):
+            node, i = node[int(parts[i])], i + 1
+            continue
+        if not isinstance(node, dict):
+            return _MISSING
+        for j in range(len(parts), i, -1):
+            key = ".".join(parts[i:j])
+            if key in node:
+                node, i = node[key], j
+                break
         else:
-            return False
-    return True
+            return _MISSING
+    return node
 
 
 def origin_layer(origin: str, layers: list[tuple[str, dict]]) -> str:
     """The layer a config path's value came from: the last that sets it (or a list above it)."""
     if origin in ("wiring", "model layer default"):
         return {"wiring": "rule wiring"}.get(origin, origin)
-    parts = origin.split(".")
     for name, values in reversed(layers):
-        if _has(values, parts):
+        if _at(values, origin) is not _MISSING:
             return name
     return "stage default"
 
@@ -111,7 +123,7 @@ def explain(config: dict, layers: list[tuple[str, dict]], only: str | None = Non
                     leaves[param] = {"value": spec.get("default", "<required>"), "origin": "stage default"}
             jobs.append({"wildcards": wildcards, "params": leaves})
             for param, spec in step.decl["params"].items():
-                for where, settings in _model_roles(param, spec, values.get(param)):
+                for where, settings in model_roles(param, spec, values.get(param)):
                     openai = settings.get("openai") or {}
                     roles.append({
                         "rule": name, "job": wildcards, "role": where, "backend": settings.get("backend"),
@@ -126,13 +138,11 @@ def explain(config: dict, layers: list[tuple[str, dict]], only: str | None = Non
 def _leaves(values: dict, origins: dict[str, str]):
     """(leaf, value) for every origin key: a param, or a key of a mapping param."""
     for leaf in sorted(origins):
-        node: Any = values
-        for part in leaf.split("."):
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        yield leaf, node
+        yield leaf, _at(values, leaf)
 
 
-def _model_roles(param: str, spec: dict, value: Any):
+def model_roles(param: str, spec: dict, value: Any):
+    """(role, settings) of each model a param configures: a model param, or each answerer's llm."""
     if spec.get("schema") == "llm" and isinstance(value, dict) and "backend" in value:
         yield param, value
     elif param == "answerers" and isinstance(value, list):

@@ -1,0 +1,97 @@
+"""Measure the per-step figures `snakemake estimate` projects with, from a finished run.
+
+    python scripts/make_estimate_profile.py --configfile config/recipe_real.yaml config/rehearsal.yaml \
+        data/runs/iclr2025/rehearsal/endpoints.yaml --counts data/runs/iclr2025/rehearsal/counts.json \
+        --source "the rehearsal (scripts/rehearse.py)" [--out config/estimate_profile.yaml]
+
+The run is read through the same plan the estimate uses (stages/core/estimate.py), so a step's
+first input and its jobs are the estimate's. For every step with a first input, over all its jobs:
+`rows_in` (the rows of that input its jobs read: Parquet row counts, or a release's report),
+`out_per_row` (rows of each output per row in); for a model step `calls_per_row` (calls sent and
+answered from the cache: what a cold cache sends), `prompt_tokens_per_call` and
+`completion_tokens_per_call` (per call sent; its reports' llm_* figures) and, with
+--counts (the stand-ins' counts.json of a rehearsal), `roles`: each model role's share of the
+calls (the calls its stand-in answered for the prompts the step asked).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from stages.core.estimate import plan, producers  # noqa: E402
+from stages.core.explain import layered_config  # noqa: E402
+from stages.core.wiring import load_steps  # noqa: E402
+
+
+def rows(path: str, key: str) -> int | None:
+    """A step output's rows: a Parquet file's, or what its step's report counts (a release manifest);
+    None for a file nothing counts (a report, a plot)."""
+    if path.endswith(".parquet"):
+        return pq.read_metadata(path).num_rows
+    report = Path(f"{path}.report.json")
+    return json.loads(report.read_text())["rows_out"].get(key.split(".", 1)[1]) if report.exists() else None
+
+
+def profile(configfiles: list[str], counts: dict | None) -> dict:
+    config, _ = layered_config(configfiles, [])
+    wiring = load_steps(config)
+    made = producers(wiring)
+    out: dict[str, dict] = {}
+    for rule, entry in plan(wiring)["steps"].items():
+        step = wiring.steps[rule]
+        if entry["kind"] == "free" or not entry["input"] or not Path(step.sidecar("report")[0]).exists():
+            continue
+        jobs = step.domain if step.slot else [{}]
+        read = [rows(p, made[p]) for wc in jobs for paths in step.inputs(wc).values() for p in paths if made.get(p) in entry["input"]]
+        if not read or None in read or not sum(read):
+            continue
+        rows_in = sum(read)
+        written = {name: [rows(p, f"{rule}.{name}") for p in step.every(name)] for name in step.decl["outputs"]}
+        figures: dict = {"rows_in": rows_in, "out_per_row": {name: round(sum(n) / rows_in, 4) for name, n in written.items() if None not in n}}
+        stats = [json.loads(Path(p).read_text())["stats"] for p in step.sidecar("report")]
+        sent = sum(s.get("llm_calls", 0) for s in stats)
+        if entry["kind"] == "model" and sent:  # a step answered from a warm cache alone tells no token counts
+            asked = sent + sum(s.get("llm_cache_hits", 0) for s in stats)  # what a run with a cold cache sends
+            figures["calls_per_row"] = round(asked / rows_in, 4)
+            figures["prompt_tokens_per_call"] = round(sum(s.get("llm_prompt_tokens", 0) for s in stats) / sent, 1)
+            figures["completion_tokens_per_call"] = round(sum(s.get("llm_completion_tokens", 0) for s in stats) / sent, 1)
+            if counts:
+                prompts = {key[len("llm_calls["):-1] for s in stats for key in s if key.startswith("llm_calls[")}
+                answered: dict[str, int] = {}
+                for job in entry["jobs"]:
+                    for role in job["roles"]:
+                        by_prompt = counts.get(role["endpoint"], {}).get("models", {}).get(role["model"], {})
+                        answered[role["role"]] = answered.get(role["role"], 0) + sum(by_prompt.get(p, 0) for p in prompts)
+                total = sum(answered.values())
+                if total and len(answered) > 1:
+                    figures["roles"] = {role: round(n / total, 4) for role, n in answered.items()}
+        out[rule] = figures
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configfile", nargs="+", required=True, help="the run's config files (as given to Snakemake)")
+    parser.add_argument("--counts", type=Path, help="the stand-ins' counts.json (a rehearsal): each model role's share of a step's calls")
+    parser.add_argument("--source", required=True, help="what the run was, for the profile's header")
+    parser.add_argument("--out", type=Path, default=Path("config/estimate_profile.yaml"))
+    args = parser.parse_args()
+    counts = json.loads(args.counts.read_text()) if args.counts else None
+    rules = profile(args.configfile, counts)
+    header = ("# Per-step figures `snakemake estimate` projects with (stages/catalog/estimate_cost.py), measured by\n"
+              "# scripts/make_estimate_profile.py: rows_in = rows of the step's first input its jobs read; out_per_row\n"
+              "# per output; calls_per_row, tokens per call and each model role's share of the calls for model steps.\n")
+    args.out.write_text(header + yaml.safe_dump({"source": args.source, "rules": rules}, sort_keys=False, width=120))
+    print(f"wrote {len(rules)} steps to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
