@@ -26,7 +26,7 @@ def _response(rid, contexts, inputs, text=ANSWER):
     return {"id": rid, "model": "cand", "approach": "single_stage", "query_id": "q1", "query": "Why does sourdough rise?", "vision": False,
             "contexts": contexts, "inputs": inputs, "response": text, "output_images": found,
             "unresolved": ["![bad](image_9)"] if inputs else [], "placements_json": None, "calls": 1, "prompt_tokens": 10,
-            "completion_tokens": 10, "truncated_calls": 0}
+            "completion_tokens": 10, "truncated_calls": 0, "topic": "Science & Mathematics"}
 
 
 def test_m2rag_responses_cite_their_placed_images(tmp_path):

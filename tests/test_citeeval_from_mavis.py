@@ -23,7 +23,8 @@ DOCUMENTS = [
 def _response(rid, method, raw, split="test", documents=DOCUMENTS):
     return {"id": rid, "model": "cand", "instance_id": "reddit:p1/c1", "split": split, "setting": "multi", "method": method,
             "question": "Why are my tomato leaves yellow?", "gold_answer": "Nitrogen.", "retriever": "minilm", "vision": False,
-            "documents": documents, "raw": raw, "answer": raw, "finish_reason": "stop"}
+            "documents": documents, "raw": raw, "answer": raw, "finish_reason": "stop",
+            "error": None, "positive_text_documents": 1, "positive_image_documents": 1}
 
 
 def test_mavis_responses_become_numbered_passages(tmp_path):
