@@ -8,12 +8,33 @@ from __future__ import annotations
 import json
 
 import duckdb
+import pyarrow as pa
 
 from conftest import run_stage
-from stages.core.tables import table_schema, write_table
+from stages.core.tables import table_contract, table_schema, write_table
 
 PERCENT = ("informativeness_f1", "completeness", "relevance", "groundedness_f1", "recall", "precision", "mauve")
 COUNTS = ("retrieved_text", "retrieved_image", "used_text", "used_image")
+
+
+def filled(table: str, row: dict) -> dict:
+    """The row with the columns the report does not read filled as the table's contract allows:
+    null where it may be, else an allowed value, an empty list, an empty string or the lowest number."""
+    contract, out = table_contract(table), {}
+    for f in table_schema(table):
+        if f.name in row or f.name in contract.nullable:
+            out[f.name] = row.get(f.name)
+        elif f.name in contract.values:
+            out[f.name] = sorted(contract.values[f.name])[0]
+        elif pa.types.is_list(f.type):
+            out[f.name] = []
+        elif pa.types.is_string(f.type):
+            out[f.name] = ""
+        elif pa.types.is_boolean(f.type):
+            out[f.name] = False
+        else:
+            out[f.name] = (contract.ranges.get(f.name) or (0, None))[0] or 0
+    return out
 
 
 def _summary(model, setting, method, scoring, values, missing=None, note=None):
@@ -62,8 +83,7 @@ def test_report_tables_coverage_and_db(tmp_path):
         for name, rows in by_table.items():
             path = tmp_path / model / f"{model}.parquet" if name == "responses" else tmp_path / model / f"{name}.parquet"
             path.parent.mkdir(exist_ok=True)
-            columns = table_schema(f"mavis_eval_{name}").names  # columns the report does not read stay null
-            write_table(path, [{c: row.get(c) for c in columns} for row in rows], f"mavis_eval_{name}")
+            write_table(path, [filled(f"mavis_eval_{name}", row) for row in rows], f"mavis_eval_{name}")
             args.append(f"--input={name}={path}")
     # alpha's responses carry the generation stage's report sidecar; beta's has none (its model is read from the file name)
     (tmp_path / "alpha" / "alpha.parquet.report.json").write_text(json.dumps(
