@@ -137,7 +137,7 @@ CASES = {
                                    files=lambda env: {"release": env.release}),
     "mavis_judge": Case(lambda env: {"judge": "plain", "llm": env.llm()}, files=lambda env: {"release": env.release}),
     "mavis_retrieve": Case(lambda env: {"settings": ["text"], "top_k": 2, "device": "cpu"}, files=lambda env: {"release": env.release}),
-    "mavis_score": Case(lambda env: {"mauve_featurizer": "none"}),
+    "mavis_score": Case(lambda env: {"mauve_featurizer": "sentence-encoder", "mauve_device": "cpu"}),
     "mcitebench_attention": Case(lambda env: {"model": str(env.tiny_vlm), "model_name": "tiny", "max_new_tokens": 3, "device": "cpu",
                                               "dtype": "float32"}),
     "pair_evidence": Case(),

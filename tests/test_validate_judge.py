@@ -11,6 +11,7 @@ objective/all: P = R = F1 = 1; all/all: TP 3 of 4 judged, 4 human: P 0.75, R 0.7
 """
 import csv
 import json
+import re
 
 import pyarrow.parquet as pq
 import pytest
@@ -32,7 +33,8 @@ def evaluation(tmp_path):
     r2 = response_row("q2", "Table 2 lists it.", ["Table 2"], question_type="locating", modality="table")
     (_, (s1, s2)), (_, (s3,)) = parse_response(r1), parse_response(r2)
     judged = [(judgement(s1, "support", 2), 2), (judgement(s1, "relevance", 1, "[1]"), 0), (judgement(s2, "support", 0), 1),
-              (judgement(s2, "relevance", 0, "[2]"), 0), (judgement(s3, "support", 1), 1), (judgement(s3, "relevance", 1, "Table 2"), 1)]
+              (judgement(s2, "relevance", 0, "[2]"), 0), (judgement(s3, "support", 1), 1), (judgement(s3, "relevance", 1, "Table 2"), 1),
+              (judgement(s3, "relevance", 0, "[9]"), 3)]  # relevance takes 0/1: this label is a reject
     paths = {"responses": (tmp_path / "responses.parquet", [r1, r2], "eval_responses"),
              "sentences": (tmp_path / "sentences.parquet", [s1, s2, s3], "eval_sentences"),
              "citation_judgements": (tmp_path / "judgements.parquet", [j for j, _ in judged], "eval_citation_judgements")}
@@ -53,19 +55,15 @@ def test_sheet_then_agreement(tmp_path, evaluation):
     out = run(tmp_path, inputs)
     with open(out / "label_sheet.csv", newline="", encoding="utf-8") as fh:
         sheet = list(csv.DictReader(fh))
-    assert len(sheet) == 6 and all(r["human_score"] == "" for r in sheet) and "score" not in sheet[0]
+    assert len(sheet) == 7 and all(r["human_score"] == "" for r in sheet) and "score" not in sheet[0]
     assert {r["question_type"] for r in sheet} == {"explanation", "locating"}
     assert pq.read_table(out / "agreement.parquet").num_rows == 0  # nothing labelled yet
     for row in sheet:
         row["human_score"] = str(human[row["judgement_id"]])
     sheet.append({**sheet[0], "judgement_id": "judge:gone", "human_score": "1"})
-    sheet.append({**sheet[1], "human_score": "3"})  # relevance takes 0/1
     sheet.append({**sheet[2], "judgement_id": "judge:unlabelled", "human_score": ""})
-    labelled = tmp_path / "labelled.csv"
-    with open(labelled, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(sheet[0]))
-        writer.writeheader()
-        writer.writerows(sheet)
+    sheet.append(dict(sheet[3]))  # a copied line: counted once
+    labelled = write_sheet(tmp_path / "labelled.csv", sheet)
     out = run(tmp_path, inputs, "--input", f"labels={labelled}")
     got = {(r["scope"], r["kind"]): r for r in pq.read_table(out / "agreement.parquet").to_pylist()}
     assert (got[("subjective", "support")]["precision"], got[("subjective", "support")]["recall"]) == (1.0, 0.5)
@@ -79,3 +77,15 @@ def test_sheet_then_agreement(tmp_path, evaluation):
     report = json.loads((out / "labels.parquet.report.json").read_text())
     assert report["rows_in"] == 8 and report["rows_out"]["labels"] == 6
     assert report["rejected_by_reason"] == {"bad_label": 1, "no_judgement": 1} and report["stats"]["unlabelled_rows"] == 1
+    # one judgement labelled twice, differently: neither label is taken, the stage says which and where
+    conflicting = write_sheet(tmp_path / "conflicting.csv", [*sheet, {**sheet[1], "human_score": "1"}])
+    with pytest.raises(SystemExit, match=re.escape(f"{sheet[1]['judgement_id']} is on line 3 and again on line 12 with different values")):
+        run(tmp_path, inputs, "--input", f"labels={conflicting}")
+
+
+def write_sheet(path, rows):
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path

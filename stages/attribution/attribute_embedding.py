@@ -77,11 +77,9 @@ def run(ctx):
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     encoder = load_encoder(device)
-    clip = None
-    if any(g["has_image"] for g in gens):
-        if not params["clip_weights"] and not params["clip_random"]:
-            raise StageError("generations with an image need CLIP: set clip_weights to a local open_clip checkpoint")
-        clip = Clip(params["clip_model"], params["clip_weights"] or None, device)
+    clip: list[Clip] = []  # loaded at the first image read: an input whose images are all missing loads none
+    if any(g["has_image"] for g in gens) and not params["clip_weights"] and not params["clip_random"]:
+        raise StageError("generations with an image need CLIP: set clip_weights to a local open_clip checkpoint")
     items = {r["id"]: r for r in ctx.read_rows("source_items")}
     from PIL import Image
 
@@ -103,7 +101,9 @@ def run(ctx):
                         image = im.convert("RGB")
                 except (OSError, ValueError) as err:
                     raise Reject("image_missing", f"item {gen['item_id']}: {path}: {type(err).__name__}: {err}") from None
-                image_scores = clip.similarities(image, summary) if summary else np.zeros(0, dtype=np.float32)
+                if not clip:
+                    clip.append(Clip(params["clip_model"], params["clip_weights"] or None, device))
+                image_scores = clip[0].similarities(image, summary) if summary else np.zeros(0, dtype=np.float32)
             chosen = choose(sim, params["threshold"], params["max_sources"], image_scores)
             chosen = [[units[int(u)] if u != IMG else IMG for u in c] for c in chosen]
             ctx.write("citations", [{

@@ -5,8 +5,8 @@ questions against the reference answer with Table 10 (plus the record's `meta_da
 when it has one); both give `answer_rating` 0 / 1 / 2, which score_mcitebench normalises to 0-100.
 A response that is blank is rated 0 without a call (status `empty_response`). A failed judge call
 writes no row: it is a reject (`invalid_answer`, raw answer and reason) and the response's
-accuracy is missing, never 0. An unknown question type is a reject (`bad_question_type`), a
-locating response whose meta_json is not a JSON object another (`bad_meta_json`).
+accuracy is missing, never 0. A locating response whose meta_json is not a JSON object is a reject
+(`bad_meta_json`); an unknown question type is the runner's (`bad_value`, eval_responses' contract).
 
 Inputs: responses (eval_responses).
 Outputs: judgements (eval_answer_judgements, one row per response).
@@ -39,9 +39,7 @@ def request_for(response: dict) -> LLMRequest:
 def run(ctx):
     rows, asked = [], []
     for response in ctx.read_rows("responses"):
-        with ctx.item(response["id"]):
-            if response["question_type"] not in PROMPTS:
-                raise Reject("bad_question_type", f"question_type {response['question_type']!r} is not one of {sorted(PROMPTS)}")
+        with ctx.item(response["id"]):  # question_type is explanation or locating (the table's contract)
             row = {"id": response["id"], "model": response["model"], "judge": ctx.params["judge"],
                    "question_type": response["question_type"], "rating": None, "status": "judged"}
             if not (response["response"] or "").strip():
