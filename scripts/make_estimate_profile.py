@@ -7,9 +7,10 @@
 The run is read through the same plan the estimate uses (stages/core/estimate.py), so a step's
 first input and its jobs are the estimate's. For every step with a first input, over all its jobs:
 `rows_in` (the rows of that input its jobs read: Parquet row counts, or a release's report),
-`out_per_row` (rows of each output per row in); for a model step `calls_per_row` (calls sent and
-answered from the cache: what a cold cache sends), `prompt_tokens_per_call` and
-`completion_tokens_per_call` (per call sent; its reports' llm_* figures) and, with
+`out_per_row` (rows of each output per row in); for a model step `calls_per_row`,
+`prompt_tokens_per_call` and `completion_tokens_per_call` (its reports' llm_* figures: the calls
+sent, so measure a run that started with no call cache; a repeat inside the run is a cache hit in
+a real run too) and, with
 --counts (the stand-ins' counts.json of a rehearsal), `roles`: each model role's share of the
 calls (the calls its stand-in answered for the prompts the step asked).
 """
@@ -58,9 +59,8 @@ def profile(configfiles: list[str], counts: dict | None) -> dict:
         figures: dict = {"rows_in": rows_in, "out_per_row": {name: round(sum(n) / rows_in, 4) for name, n in written.items() if None not in n}}
         stats = [json.loads(Path(p).read_text())["stats"] for p in step.sidecar("report")]
         sent = sum(s.get("llm_calls", 0) for s in stats)
-        if entry["kind"] == "model" and sent:  # a step answered from a warm cache alone tells no token counts
-            asked = sent + sum(s.get("llm_cache_hits", 0) for s in stats)  # what a run with a cold cache sends
-            figures["calls_per_row"] = round(asked / rows_in, 4)
+        if entry["kind"] == "model" and sent:  # a step answered from a warm cache alone tells nothing
+            figures["calls_per_row"] = round(sent / rows_in, 4)
             figures["prompt_tokens_per_call"] = round(sum(s.get("llm_prompt_tokens", 0) for s in stats) / sent, 1)
             figures["completion_tokens_per_call"] = round(sum(s.get("llm_completion_tokens", 0) for s in stats) / sent, 1)
             if counts:
