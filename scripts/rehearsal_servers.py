@@ -301,6 +301,7 @@ def _explanation_triples(value: dict, text: str, rng: Seeded) -> dict:
     and its citations read from the request, valid (a random span would never hold a citation)."""
     response = text.split("# Authors' response", 1)[-1].split("# JSON Output Format", 1)[0]
     cited = [(int(n), line) for n, line in re.findall(r"^\[(\d+)\] (.*)$", response, re.M) if REFERENCE.search(line)]
+    cited.sort(key=lambda c: len(set(REFERENCE.findall(c[1]))) != 1)  # single-source answers first (the probe takes only those)
     triples = value["triples"][: len(cited)]
     for triple, (n, line) in zip(triples, cited):
         triple.update(answer_from=n, answer_to=n, evidence=", ".join(REFERENCE.findall(line))[:160], valid=True)

@@ -285,10 +285,11 @@ def test_json_answers_that_point_into_the_request_read_it():
         return "\n".join(m["content"] for m in library.prompts[name].render(variables))
 
     request = text("mcitebench_explanation_qa", {"question": "Why is the baseline weaker?", "max_triples": 3, "response": (
-        "[1] We thank the reviewer.\n[2] The baseline lacks pretraining, as Table 2 shows.\n[3] We will clarify this.")})
+        "[1] We thank the reviewer.\n[2] Figure 1 and Table 3 compare them.\n[3] The baseline lacks pretraining, as Table 2 shows.")})
     for seed in range(20):
         value = json.loads(rs.answer_text("mcitebench_explanation_qa", "json", {}, request, rs.Seeded(bytes([seed])), library))
-        assert [(t["answer_from"], t["answer_to"], t["evidence"], t["valid"]) for t in value["triples"]] == [(2, 2, "Table 2", True)]
+        spans = [(t["answer_from"], t["answer_to"], t["evidence"], t["valid"]) for t in value["triples"]]
+        assert spans in ([(3, 3, "Table 2", True)], [(3, 3, "Table 2", True), (2, 2, "Figure 1, Table 3", True)])  # one source first
     request = text("m2rag_interleave", {"query": "Why is the sky blue?", "segments": ["Light scatters.", "Blue scatters most."],
                                         "images": [{"n": 1, "slot": "", "caption": "a sky"}, {"n": 3, "slot": "", "caption": "a prism"}]})
     for seed in range(20):
