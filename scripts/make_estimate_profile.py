@@ -7,9 +7,10 @@
 The run is read through the same plan the estimate uses (stages/core/estimate.py), so a step's
 first input and its jobs are the estimate's. For every step with a first input, over all its jobs:
 `rows_in` (the rows of that input its jobs read: Parquet row counts, or a release's report),
-`out_per_row` (rows of each output per row in); for a model step `calls_per_row` (calls sent and
-answered from the cache: what a cold cache sends), `prompt_tokens_per_call` and
-`completion_tokens_per_call` (per call sent; its reports' llm_* figures) and, with
+`items` (what the step worked on: its reports' rows in) and `items_per_row`, `out_per_item`
+(rows of each output per item); for a model step `calls_per_item`, `prompt_tokens_per_call` and
+`completion_tokens_per_call` (its reports' llm_* figures: the calls sent, so measure a run that
+started with no call cache; a repeat inside the run is a cache hit in a real run too) and, with
 --counts (the stand-ins' counts.json of a rehearsal), `roles`: each model role's share of the
 calls (the calls its stand-in answered for the prompts the step asked).
 """
@@ -47,24 +48,24 @@ def profile(configfiles: list[str], counts: dict | None) -> dict:
     out: dict[str, dict] = {}
     for rule, entry in plan(wiring)["steps"].items():
         step = wiring.steps[rule]
-        if entry["kind"] == "free" or not entry["input"] or not Path(step.sidecar("report")[0]).exists():
+        if not entry["input"] or not Path(step.sidecar("report")[0]).exists():
             continue
         jobs = step.domain if step.slot else [{}]
         read = [rows(p, made[p]) for wc in jobs for paths in step.inputs(wc).values() for p in paths if made.get(p) in entry["input"]]
-        if not read or None in read or not sum(read):
+        reports = [json.loads(Path(p).read_text()) for p in step.sidecar("report")]
+        items = sum(r["rows_in"] for r in reports)
+        if not read or None in read or not sum(read) or not items:
             continue
-        rows_in = sum(read)
         written = {name: [rows(p, f"{rule}.{name}") for p in step.every(name)] for name in step.decl["outputs"]}
-        figures: dict = {"rows_in": rows_in, "out_per_row": {name: round(sum(n) / rows_in, 4) for name, n in written.items() if None not in n}}
-        stats = [json.loads(Path(p).read_text())["stats"] for p in step.sidecar("report")]
-        sent = sum(s.get("llm_calls", 0) for s in stats)
-        if entry["kind"] == "model" and sent:  # a step answered from a warm cache alone tells no token counts
-            asked = sent + sum(s.get("llm_cache_hits", 0) for s in stats)  # what a run with a cold cache sends
-            figures["calls_per_row"] = round(asked / rows_in, 4)
-            figures["prompt_tokens_per_call"] = round(sum(s.get("llm_prompt_tokens", 0) for s in stats) / sent, 1)
-            figures["completion_tokens_per_call"] = round(sum(s.get("llm_completion_tokens", 0) for s in stats) / sent, 1)
+        figures: dict = {"rows_in": sum(read), "items": items, "items_per_row": round(items / sum(read), 4),
+                         "out_per_item": {name: round(sum(n) / items, 4) for name, n in written.items() if None not in n}}
+        sent = sum(r["stats"].get("llm_calls", 0) for r in reports)
+        if entry["kind"] == "model" and sent:  # a step answered from a warm cache alone tells nothing
+            figures["calls_per_item"] = round(sent / items, 4)
+            figures["prompt_tokens_per_call"] = round(sum(r["stats"].get("llm_prompt_tokens", 0) for r in reports) / sent, 1)
+            figures["completion_tokens_per_call"] = round(sum(r["stats"].get("llm_completion_tokens", 0) for r in reports) / sent, 1)
             if counts:
-                prompts = {key[len("llm_calls["):-1] for s in stats for key in s if key.startswith("llm_calls[")}
+                prompts = {key[len("llm_calls["):-1] for r in reports for key in r["stats"] if key.startswith("llm_calls[")}
                 answered: dict[str, int] = {}
                 for job in entry["jobs"]:
                     for role in job["roles"]:
@@ -87,8 +88,9 @@ def main() -> None:
     counts = json.loads(args.counts.read_text()) if args.counts else None
     rules = profile(args.configfile, counts)
     header = ("# Per-step figures `snakemake estimate` projects with (stages/catalog/estimate_cost.py), measured by\n"
-              "# scripts/make_estimate_profile.py: rows_in = rows of the step's first input its jobs read; out_per_row\n"
-              "# per output; calls_per_row, tokens per call and each model role's share of the calls for model steps.\n")
+              "# scripts/make_estimate_profile.py: rows_in = rows of the step's first input its jobs read, items = what\n"
+              "# the step worked on (its reports' rows in); rows out per item; calls per item, tokens per call and each\n"
+              "# model role's share of the calls for model steps.\n")
     args.out.write_text(header + yaml.safe_dump({"source": args.source, "rules": rules}, sort_keys=False, width=120))
     print(f"wrote {len(rules)} steps to {args.out}")
 

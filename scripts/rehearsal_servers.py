@@ -28,7 +28,9 @@ What a stand-in does, as the real server would where it matters to the pipeline:
   schema under schemas/answers/), values picked by the hash. Yes/no prompts: "yes" or "no", with top
   log-probabilities when asked (logprobs / top_logprobs). Text prompts: the format the prompt asks
   for, read from the request (CiteEval's XML tags per sentence id, MAVIS's quoted search queries,
-  "[k]" citations of the numbered documents, M2RAG's image placeholders, a letter A-E), else prose.
+  "[k]" citations of the numbered documents, M2RAG's image placeholders, a letter A-E), else prose;
+  JSON whose numbers point into the request reads them from it (MCiteBench's cited answer spans,
+  M2RAG's image placements).
 - A Qwen3 model thinks first, as its chat template does: the answer starts with a <think> block
   unless the request says `chat_template_kwargs: {enable_thinking: false}` (vLLM's extra body).
 - max_tokens cuts the answer (finish_reason "length"); usage counts prompt and completion tokens
@@ -291,12 +293,40 @@ TEXT_FORMATS = {
 }
 
 
+REFERENCE = re.compile(r"\b(?:Section|Sec\.|Figure|Fig\.|Table|Line|Eq\.)\s*\d+(?:\.\d+)*")
+
+
+def _explanation_triples(value: dict, text: str, rng: Seeded) -> dict:
+    """MCiteBench Table 5: one triple per numbered response sentence that cites the paper, the span
+    and its citations read from the request, valid (a random span would never hold a citation)."""
+    response = text.split("# Authors' response", 1)[-1].split("# JSON Output Format", 1)[0]
+    cited = [(int(n), line) for n, line in re.findall(r"^\[(\d+)\] (.*)$", response, re.M) if REFERENCE.search(line)]
+    cited.sort(key=lambda c: len(set(REFERENCE.findall(c[1]))) != 1)  # single-source answers first (the probe takes only those)
+    triples = value["triples"][: len(cited)]
+    for triple, (n, line) in zip(triples, cited):
+        triple.update(answer_from=n, answer_to=n, evidence=", ".join(REFERENCE.findall(line))[:160], valid=True)
+    return {"triples": triples}
+
+
+def _placements(value: dict, text: str, rng: Seeded) -> dict:
+    """M2RAG's interleaving: a segment and an image that the request shows, each image once."""
+    segments = _numbered(text.split("# Answer segments", 1)[-1].split("# Images", 1)[0])
+    images = sorted({int(n) for n in re.findall(r"^Image (\d+):", text, re.M)})
+    return {"placements": [{"segment": rng.pick(segments), "images": [rng.pick(images)]}] if segments and images else []}
+
+
+# JSON answers whose numbers point into the request: the schema's instance, then these read the request
+JSON_FORMATS = {"mcitebench_explanation_qa": _explanation_triples, "m2rag_interleave": _placements}
+
+
 def answer_text(prompt: str | None, kind: str, body: dict, text: str, rng: Seeded, library: Prompts) -> str:
     if kind == "json":
         fmt = body.get("response_format") or {}
         schema = ((fmt.get("json_schema") or {}).get("schema") or fmt.get("schema")
                   or (library.prompts[prompt].schema if prompt else {"type": "object"}))
         value = schema_instance(schema, rng)
+        if prompt in JSON_FORMATS:
+            value = JSON_FORMATS[prompt](value, text, rng)
         jsonschema.Draft202012Validator(schema).validate(value)  # a stand-in bug, not a model's: fail loudly
         return json.dumps(value)
     if kind == "yesno":

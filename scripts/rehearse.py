@@ -16,9 +16,10 @@ replayed from generated archives, then `snakemake release evaluate` with the rec
    a. up to extract_atomic_facts. The MAVIS fact-image searches are queries made of the facts, so
       their archive (scripts/make_mavis_fact_sample.py) is written now and added to the replay list;
       the post images fetched before it came from the other archives, so no run counts the longer
-      list, or the archive's new time, as a reason to fetch them again (--rerun-triggers params
-      code software-env: a changed param or code still reruns a job; a rehearsal that changed its
-      sources starts afresh: delete data/runs/<run>);
+      list as a reason to fetch them again (--rerun-triggers params code software-env: a changed
+      param or code still reruns a job), and the archive is dated to before the first run (an input
+      newer than a job's outputs reruns the job). A rehearsal whose sources changed starts afresh:
+      delete data/runs/<run>;
    b. up to sample_annotation's sheet. The annotators' filled copy is the MAVIS test split the
       evaluation reads: a stand-in annotator marks every fact relevant and every shown document
       grounded, and the overlay names the file (`mavis.annotations`);
@@ -126,12 +127,14 @@ def main(argv: list[str] | None = None) -> int:
 
         triggers = ("--rerun-triggers", "params", "code", "software-env")
         facts = outputs("extract_atomic_facts", "facts")
+        started = time.time()
         if snakemake("facts", facts, *triggers):
             return 1
         archive = out / "mavis_facts.warc.gz"
         subprocess.run([sys.executable, str(REPO / "scripts" / "make_mavis_fact_sample.py"), "--config", base, "--config", args.recipe,
                         "--config", args.overlay, "--facts", str(Path(facts[0]).parent / "facts.*.parquet"), "--out", str(archive)],
                        env=env, check=True)
+        os.utime(archive, (started, started))  # older than the post images fetched without it: Snakemake refetches nothing
         overlay = yaml.safe_load(Path(args.overlay).read_text())
         generated["fetch"] = {"replay_warcs": [*overlay["fetch"]["replay_warcs"], str(archive)]}
         sheet = outputs("sample_annotation", "sheet")

@@ -20,12 +20,12 @@ from stages.core.wiring import load_steps
 FAMILIES = {"mcitebench": {"enabled": False}, "eval_mcitebench": {"enabled": False}, "citeeval": {"enabled": False},
             "attribution": {"enabled": False}}
 PROFILE = {"source": "a test profile", "rules": {
-    "filter_visual_dependency": {"rows_in": 10, "out_per_row": {"instances": 0.5}, "calls_per_row": 4,
+    "filter_visual_dependency": {"items_per_row": 1.0, "out_per_item": {"instances": 0.5}, "calls_per_item": 4,
                                  "prompt_tokens_per_call": 100, "completion_tokens_per_call": 10,
                                  "roles": {"answerers[smollm2]": 0.75, "judge": 0.25}},
-    "extract_atomic_facts": {"rows_in": 5, "out_per_row": {"facts": 3}, "calls_per_row": 2,
+    "extract_atomic_facts": {"items_per_row": 2.0, "out_per_item": {"facts": 1.5}, "calls_per_item": 2,
                              "prompt_tokens_per_call": 200, "completion_tokens_per_call": 50},
-    "filter_queries": {"rows_in": 20, "out_per_row": {"filtered_queries": 0.4}, "calls_per_row": 2,
+    "filter_queries": {"items_per_row": 1.0, "out_per_item": {"filtered_queries": 0.4}, "calls_per_item": 2,
                        "prompt_tokens_per_call": 300, "completion_tokens_per_call": 20},
 }}
 MODEL = "SmolLM2-135M-Instruct.Q4_1"
@@ -55,10 +55,10 @@ def test_estimate_runs_only_free_steps_and_projects_by_the_rule(workflow_copy):
                     if not p.name.endswith(("rejects.parquet",)))
     assert estimate["counted"] == {"filter_questions.instances": instances}
     # the demo caps filter_visual_dependency at 2 instances a shard (limit), 2 shards
-    rows = 2 * min(instances / 2, 2)
+    items = 2 * min(instances / 2, 2)
     fvd = steps["filter_visual_dependency"]
-    assert (fvd["rows_in"], fvd["basis"]) == (round(rows), "counted")
-    calls, prompt, completion = rows * 4, rows * 4 * 100, rows * 4 * 10
+    assert (fvd["items"], fvd["basis"]) == (round(items), "counted")
+    calls, prompt, completion = items * 4, items * 4 * 100, items * 4 * 10
     assert (fvd["calls"], fvd["prompt_tokens"], fvd["completion_tokens"]) == (round(calls), round(prompt), round(completion))
     assert fvd["usd"] == pytest.approx((prompt * 2.5 + completion * 10) / 1e6, abs=1e-4)
     by_role = {}
@@ -66,14 +66,14 @@ def test_estimate_runs_only_free_steps_and_projects_by_the_rule(workflow_copy):
         by_role[role["role"]] = by_role.get(role["role"], 0) + role["calls"]
     assert by_role == {"answerers[smollm2]": round(calls * 0.75 / 2) * 2, "judge": round(calls * 0.25 / 2) * 2}  # per shard job
 
-    facts = steps["extract_atomic_facts"]  # projected: the instances visual dependency keeps
-    assert (facts["rows_in"], facts["basis"], facts["calls"]) == (round(rows * 0.5), "projected", round(rows * 0.5 * 2))
-    assert steps["filter_entailment_text"]["rows_in"] == round(rows * 0.5 * 3) and steps["filter_entailment_text"]["calls"] is None
-    assert steps["filter_entailment_text"]["basis"] == "projected" and not steps["filter_entailment_text"]["profiled"]
+    facts = steps["extract_atomic_facts"]  # projected: the instances visual dependency keeps, 2 items each
+    assert (facts["items"], facts["basis"], facts["calls"]) == (round(items * 0.5 * 2), "projected", round(items * 0.5 * 2 * 2))
+    text = steps["filter_entailment_text"]  # no figures: an item per row of its first input, the facts
+    assert (text["items"], text["basis"], text["calls"], text["profiled"]) == (round(items * 0.5 * 2 * 1.5), "projected", None, False)
     queries = steps["filter_queries"]  # the given count wins: no harvest ran for it
-    assert (queries["rows_in"], queries["basis"], queries["calls"]) == (1000, "given", 2000)
-    assert steps["classify_queries"]["rows_in"] == 400 and steps["classify_queries"]["calls"] is None
-    assert steps["mavis_generate_queries"]["rows_in"] == 2 and steps["mavis_generate_queries"]["basis"] == "given"  # the demo's limit: 2
+    assert (queries["items"], queries["basis"], queries["calls"]) == (1000, "given", 2000)
+    assert steps["classify_queries"]["items"] == 400 and steps["classify_queries"]["calls"] is None
+    assert steps["mavis_generate_queries"]["items"] == 2 and steps["mavis_generate_queries"]["basis"] == "given"  # the demo's limit: 2
     assert estimate["total_usd"] == round(sum(s["usd"] or 0 for s in steps.values()), 2)
 
     # GPU-hours from a server's rates (in-process models are keyed by model), priced by the hour

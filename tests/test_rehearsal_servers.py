@@ -274,3 +274,24 @@ def test_cli_map_overlay_and_counts(tmp_path):
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
+
+
+def test_json_answers_that_point_into_the_request_read_it():
+    """MCiteBench's explanation triples take the response sentence that cites the paper; M2RAG's
+    placements take a segment and an image the request shows (random numbers would all be invalid)."""
+    library = rs.Prompts()
+
+    def text(name, variables):
+        return "\n".join(m["content"] for m in library.prompts[name].render(variables))
+
+    request = text("mcitebench_explanation_qa", {"question": "Why is the baseline weaker?", "max_triples": 3, "response": (
+        "[1] We thank the reviewer.\n[2] Figure 1 and Table 3 compare them.\n[3] The baseline lacks pretraining, as Table 2 shows.")})
+    for seed in range(20):
+        value = json.loads(rs.answer_text("mcitebench_explanation_qa", "json", {}, request, rs.Seeded(bytes([seed])), library))
+        spans = [(t["answer_from"], t["answer_to"], t["evidence"], t["valid"]) for t in value["triples"]]
+        assert spans in ([(3, 3, "Table 2", True)], [(3, 3, "Table 2", True), (2, 2, "Figure 1, Table 3", True)])  # one source first
+    request = text("m2rag_interleave", {"query": "Why is the sky blue?", "segments": ["Light scatters.", "Blue scatters most."],
+                                        "images": [{"n": 1, "slot": "", "caption": "a sky"}, {"n": 3, "slot": "", "caption": "a prism"}]})
+    for seed in range(20):
+        value = json.loads(rs.answer_text("m2rag_interleave", "json", {}, request, rs.Seeded(bytes([seed])), library))
+        assert all(p["segment"] in (1, 2) and set(p["images"]) <= {1, 3} for p in value["placements"]) and value["placements"]

@@ -1,20 +1,22 @@
-"""estimate_cost: what a run's model calls would cost, before any is made (README "Real run").
+"""estimate_cost: what a run's model calls would cost, before any is made (README "A real run").
 
 `snakemake estimate --configfile <recipe>` runs only the free steps (stages/core/estimate.py:
 harvests and listings from files or archives, deterministic filters) whose outputs the model steps'
-counts need, then this stage. Per model step (rule) it gives the rows its first input would hold,
-the model calls, prompt and completion tokens, and the price (`prices`: USD per million input and
+counts need, then this stage. Per model step (rule) it gives the items the step would work on, the
+model calls, prompt and completion tokens, and the price (`prices`: USD per million input and
 output tokens, by model name) or the GPU-hours (`throughput`: prefill and output tokens per second
 of a server, by endpoint URL or, for in-process backends, by model, times its `gpus`;
 `usd_per_hour` prices a GPU-hour).
 
-Projection (written under the table): a step's rows in are the rows of its first input, summed over
-its jobs (a job of an evaluated model reads all of it); those rows are given (`given`: the rows a
-step reads, or an output holds, e.g. a count a seed paper reports), counted in a free step's
-outputs, or projected: the upstream step's rows in times its rows out per row in. Calls = rows in x calls per row in; tokens = calls x tokens per call;
-the calls are split over the step's model roles by their measured shares. The per-row figures are
-the profile's (config/estimate_profile.yaml, measured in a run by scripts/make_estimate_profile.py).
-A positive `limit` param caps a job's rows in.
+Projection (written under the table): a step's items are what it works on (its reports' rows in),
+all jobs together: given (`given`: `<rule>` a step's items, one job's for a job per evaluated
+model; `<rule>.<output>` the rows an output holds; e.g. a count a seed paper reports), or the rows
+of its first input times its items per row. Those rows are given, counted in a free step's
+outputs, or projected: the upstream step's items times its rows out per item. A job per evaluated
+model reads all of its input; a positive `limit` param caps a job's items. Calls = items x calls
+per item; tokens = calls x tokens per call; the calls are split over the step's model roles by
+their measured shares. The per-item figures are the profile's (config/estimate_profile.yaml,
+measured in a run by scripts/make_estimate_profile.py).
 
 Inputs `tables` (the counted outputs), `profile`. Params `plan` (the wiring's), `given`, `prices`,
 `throughput`. Outputs `estimate` (JSON, read by the budget check) and `table` (Markdown, also
@@ -34,14 +36,15 @@ from stages.core.tables import atomic_write_bytes
 
 VERSION = "1"
 METHOD = (
-    "**How this is projected.** Rows in: the rows of the step's first input, summed over its jobs (a job per "
-    "evaluated model reads all of it), *counted* in the outputs of a free step this estimate ran, *given* in "
-    "`estimate.given`, or *projected* from the step upstream (its rows in x its rows out per row in). Calls = rows "
-    "in x calls per row in; tokens = calls x tokens per call; calls split over the step's models by their measured "
-    "shares. Per-row figures come from the profile {profile} ({source}). A positive `limit` caps a job's rows in. "
-    "Price: USD per million input and output tokens of the model (`estimate.prices`); GPU-hours: prompt tokens / "
-    "prefill rate + completion tokens / output rate of the server, times its GPUs (`estimate.throughput`), priced "
-    "where it gives usd_per_hour. Cache hits, retries of invalid answers beyond the profile's rate and rate-limit waits are not counted."
+    "**How this is projected.** Items: what a step works on (its reports' rows in), all jobs together: *given* in "
+    "`estimate.given`, or the rows of its first input (*counted* in the outputs of a free step this estimate ran, "
+    "given, or *projected*: the upstream step's items x its rows out per item) times the step's items per row of "
+    "that input; a job per evaluated model reads all of it, a positive `limit` caps a job's items. Calls = items x "
+    "calls per item; tokens = calls x tokens per call; calls split over the step's models by their measured shares. "
+    "Per-item figures come from the profile {profile} ({source}). Price: USD per million input and output tokens of "
+    "the model (`estimate.prices`); GPU-hours: prompt tokens / prefill rate + completion tokens / output rate of the "
+    "server, times its GPUs (`estimate.throughput`), priced where it gives usd_per_hour. Cache hits, retries of "
+    "invalid answers beyond the profile's rate and rate-limit waits are not counted."
 )
 
 
@@ -51,8 +54,8 @@ def count_rows(paths: list[str]) -> int:
 
 class Projection:
     def __init__(self, plan: dict, counted: dict[str, int], given: dict[str, int], profile: dict):
-        self.steps, self.counted, self.given, self.profile = plan["steps"], counted, given, profile.get("rules", {})
-        self._rows_in: dict[str, tuple[float | None, str]] = {}
+        self.steps, self.counted, self.given, self.profile = plan["steps"], counted, given, profile
+        self._items: dict[str, tuple[float | None, str]] = {}
 
     def rows(self, key: str) -> tuple[float | None, str]:
         """Rows of `<rule>.<output>` and how they are known: given, counted, projected or unknown."""
@@ -61,28 +64,33 @@ class Projection:
         if key in self.counted:
             return float(self.counted[key]), "counted"
         rule, output = key.split(".", 1)
-        rows_in, basis = self.rows_in(rule) if rule in self.steps else (None, "unknown")
-        ratio = self.profile.get(rule, {}).get("out_per_row", {}).get(output)
-        if rows_in is None or ratio is None:
+        items, basis = self.items(rule) if rule in self.steps else (None, "unknown")
+        ratio = self.profile.get(rule, {}).get("out_per_item", {}).get(output)
+        if items is None or ratio is None:
             return None, "unknown"
-        return rows_in * ratio, "projected" if basis != "unknown" else basis
+        return items * ratio, "projected" if basis != "unknown" else basis
 
-    def rows_in(self, rule: str) -> tuple[float | None, str]:
-        """The rows a step's jobs read from its first input, all jobs together."""
-        if rule not in self._rows_in:
-            step = self.steps[rule]
-            known = [(float(self.given[rule]), "given")] if rule in self.given else [self.rows(key) for key in step["input"]]
-            if not known or any(n is None for n, _ in known):
-                self._rows_in[rule] = (None, "unknown")
+    def items(self, rule: str) -> tuple[float | None, str]:
+        """The items a step works on (its reports' rows in), all jobs together: given, or the rows of
+        its first input times its items per row (a job per evaluated model reads all of it), a
+        positive `limit` capping each job's."""
+        if rule not in self._items:
+            step, jobs = self.steps[rule], self.steps[rule]["jobs"]
+            if rule in self.given:
+                per_job, basis = [float(self.given[rule]) if step["repeated"] else self.given[rule] / len(jobs)] * len(jobs), "given"
             else:
-                items = sum(n for n, _ in known)
+                known = [self.rows(key) for key in step["input"]]
+                ratio = self.profile.get(rule, {}).get("items_per_row", 1.0)
+                if not known or any(n is None for n, _ in known):
+                    self._items[rule] = (None, "unknown")
+                    return self._items[rule]
+                rows = sum(n for n, _ in known) * ratio
                 bases = {b for _, b in known}
-                basis = "projected" if "projected" in bases else "given" if "given" in bases else "counted"
-                jobs = step["jobs"]
-                per_job = [items if step["repeated"] else items / len(jobs)] * len(jobs)
-                per_job = [min(n, job["limit"]) if job["limit"] else n for n, job in zip(per_job, jobs)]
-                self._rows_in[rule] = (sum(per_job), basis)
-        return self._rows_in[rule]
+                basis = "projected" if "projected" in bases or rule not in self.profile else "given" if "given" in bases else "counted"
+                per_job = [rows if step["repeated"] else rows / len(jobs)] * len(jobs)
+            per_job = [min(n, job["limit"]) if job["limit"] else n for n, job in zip(per_job, jobs)]
+            self._items[rule] = (sum(per_job), basis)
+        return self._items[rule]
 
 
 def price(role: dict, calls: float, prompt: float, completion: float, prices: dict, throughput: dict) -> dict:
@@ -101,17 +109,16 @@ def price(role: dict, calls: float, prompt: float, completion: float, prices: di
 
 
 def estimate_step(rule: str, step: dict, projection: Projection, profile: dict, prices: dict, throughput: dict) -> dict:
-    rows_in, basis = projection.rows_in(rule)
-    figures = profile.get(rule) if "calls_per_row" in profile.get(rule, {}) else None
+    items, basis = projection.items(rule)
+    figures = profile.get(rule) if "calls_per_item" in profile.get(rule, {}) else None
     row = {"stage": step["stage"], "family": step["family"], "basis": basis, "profiled": bool(figures),
-           "rows_in": None if rows_in is None else round(rows_in), "calls": None, "prompt_tokens": None,
+           "items": None if items is None else round(items), "calls": None, "prompt_tokens": None,
            "completion_tokens": None, "usd": None, "gpu_hours": None, "roles": []}
-    if rows_in is None or not figures:
+    if items is None or not figures:
         return row
     jobs = step["jobs"]
-    share_of_job = [1 / len(jobs)] * len(jobs)  # each job reads the same number of rows (repeated) or a fair part
-    for job, part in zip(jobs, share_of_job):
-        calls = rows_in * part * figures["calls_per_row"]
+    for job in jobs:  # each job works on the same number of items (a job per evaluated model) or a fair part
+        calls = items / len(jobs) * figures["calls_per_item"]
         shares = figures.get("roles") or {}
         total = sum(shares.get(r["role"], 0) for r in job["roles"]) or None
         for role in job["roles"]:
@@ -134,11 +141,11 @@ def _n(value, digits: int = 0) -> str:
 
 
 def table(rows: dict[str, dict], other_gpu: list[str], profile_path: str, source: str) -> str:
-    head = "| step | stage | rows in | basis | model calls | prompt tokens | completion tokens | USD | GPU-hours | models |"
+    head = "| step | stage | items | basis | model calls | prompt tokens | completion tokens | USD | GPU-hours | models |"
     lines = [head, "|" + "---|" * 10]
     for rule, r in rows.items():
         models = ", ".join(sorted({m["model"] for m in r["roles"]}))
-        lines.append(f"| {rule} | {r['stage']} | {_n(r['rows_in'])} | {r['basis']} | {_n(r['calls'])} | {_n(r['prompt_tokens'])} | "
+        lines.append(f"| {rule} | {r['stage']} | {_n(r['items'])} | {r['basis']} | {_n(r['calls'])} | {_n(r['prompt_tokens'])} | "
                      f"{_n(r['completion_tokens'])} | {_n(r['usd'], 2)} | {_n(r['gpu_hours'], 1)} | {models} |")
     usd = sum(r["usd"] or 0 for r in rows.values())
     hours = sum(r["gpu_hours"] or 0 for r in rows.values())
@@ -146,7 +153,7 @@ def table(rows: dict[str, dict], other_gpu: list[str], profile_path: str, source
     lines.append(f"| **total** | | | | {_n(calls)} | | | {_n(usd, 2)} | {_n(hours, 1)} | |")
     notes = ["", METHOD.format(profile=profile_path, source=source)]
     for rules, why in (([r for r, row in rows.items() if not row["profiled"]], "no figures in the profile"),
-                       ([r for r, row in rows.items() if row["profiled"] and row["rows_in"] is None], "no count upstream")):
+                       ([r for r, row in rows.items() if row["profiled"] and row["items"] is None], "no count upstream")):
         if rules:
             notes.append(f"No calls projected ({why}): {', '.join(rules)}.")
     unpriced = sorted({m for r in rows.values() for m in r.get("unpriced", [])})
@@ -170,7 +177,7 @@ def run(ctx) -> None:
         if missing:
             raise StageError(f"plan.measured[{key}] names {missing[0]}, which is not an input")
         counted[key] = count_rows(paths)
-    projection = Projection(plan, counted, p["given"], profile)
+    projection = Projection(plan, counted, p["given"], profile.get("rules", {}))
     models = [rule for rule in plan["order"] if plan["steps"][rule]["kind"] == "model"]
     ctx.add_input(len(models))
     rows = {rule: estimate_step(rule, plan["steps"][rule], projection, profile.get("rules", {}), p["prices"], p["throughput"])
@@ -192,15 +199,15 @@ STAGE = Stage(
     doc=__doc__,
     inputs={
         "tables": Input("the free steps' outputs whose rows the estimate counts (plan.measured)", many=True, optional=True, kind="file"),
-        "profile": Input("per-step figures measured in a run (YAML: rules.<rule>.{calls_per_row, ...})", kind="file"),
+        "profile": Input("per-step figures measured in a run (YAML: rules.<rule>.{items_per_row, calls_per_item, ...})", kind="file"),
     },
     outputs={
-        "estimate": Output(None, "JSON: per model step rows in, calls, tokens, USD or GPU-hours, and their basis"),
+        "estimate": Output(None, "JSON: per model step items, calls, tokens, USD or GPU-hours, and their basis"),
         "table": Output(None, "the same as a Markdown table with the projection method under it", counted=False),
     },
     params={
         "plan": Param(dict, {"order": [], "steps": {}, "measured": {}}, "the wiring's plan (stages/core/estimate.py): steps, first inputs, jobs, roles"),
-        "given": Param(dict, {}, "counts given by hand (e.g. what a seed paper reports): '<rule>' the rows a step reads "
+        "given": Param(dict, {}, "counts given by hand (e.g. what a seed paper reports): '<rule>' the items a step works on "
                        "(one job's, for a job per evaluated model), '<rule>.<output>' the rows an output holds", items=int),
         "prices": Param(dict, {}, "USD per million tokens by model name: {input_per_mtok, output_per_mtok}", items=Param(
             dict, fields={"input_per_mtok": Param(float, help="USD per million prompt tokens", min=0),
