@@ -1,13 +1,19 @@
 # The run's catalog over every stage output, and Snakemake's HTML report figures per family with a
 # release: the funnel, time and model calls per stage, the release card.
 def _catalog_tables(wildcards):
-    """Every build table, and the evaluation tables: all of them when `evaluate` is a target (built
-    first, so `evaluate` leaves the catalog current), else those that exist (the `release` target never
-    runs an evaluation for its catalog, and after `evaluate` sees the same inputs: `-n release` is a no-op).
-    Read when Snakemake builds the DAG: its targets are not known while the rule files are read."""
+    """Every build table, and the evaluation tables that exist (the `release` target never runs an
+    evaluation for its catalog, and after `evaluate` sees the same inputs: `-n release` is a no-op).
+    Under `evaluate` alone: every evaluation table (built first, so `evaluate` leaves the catalog
+    current) and the build tables the evaluations read or that exist (an evaluation of a release
+    given by path builds nothing). Read when Snakemake builds the DAG: its targets are not known
+    while the rule files are read."""
     evaluations = W.catalog_tables("evaluation")
-    return W.catalog_tables("build") + (evaluations if "evaluate" in W.targets else [p for p in evaluations if Path(p).exists()])
-
+    if "evaluate" not in W.targets:
+        return W.catalog_tables("build") + [p for p in evaluations if Path(p).exists()]
+    needed = W.build_steps_evaluated() if "release" not in W.targets else set(W.steps)
+    build = [p for step in W.steps.values() if step.kind == "build" for p in step.tables()
+             if step.rule in needed or Path(p).exists()]
+    return build + evaluations
 
 W.step("build_catalog", family="catalog", section=None, folder=W.rundir, files={"catalog": "catalog.duckdb"},
        inputs={"tables": _catalog_tables})

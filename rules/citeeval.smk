@@ -30,7 +30,7 @@ if W.enabled(CE):
             family = wc["src"].split("-", 1)[0]
             return [f"{W.rundir}/{CE}/citeeval_from_{family}/responses.{wc['src']}.parquet"]
 
-        W.step("citeeval_prepare", family=CE, files={"export": "citeeval.{src}.json"}, **_sources,
+        W.step("citeeval_prepare", family=CE, files={"export": "citeeval.{src}.json", "responses": "prepared_responses", "statements": "prepared_statements"}, **_sources,
                inputs={"citeeval_json": lambda wc: [_file] if wc["src"] == "file" else [],
                        "responses": lambda wc: [] if wc["src"] == "file" else _converted(wc)})
         _prepared = {"responses": W.out("citeeval_prepare", "responses"), "statements": W.out("citeeval_prepare", "statements")}

@@ -23,7 +23,7 @@ if W.enabled(EM_) and (W.get(f"{EM_}.release") or W.enabled("mavis")):
            inputs={"responses": W.out("mavis_generate_answers", "responses"), "sentences": W.out("mavis_judge", "sentences"),
                    "judgements": W.out("mavis_judge", "judgements")})
     # Table 3: each retriever ranking the whole release database against the entailed fact documents
-    W.step("mavis_retrieval_quality", family=EM_, inputs={"queries": W.every("mavis_generate_queries", "queries"), "release": _release},
+    W.step("mavis_retrieval_quality", family=EM_, files={"summary": "retrieval_summary"}, inputs={"queries": W.every("mavis_generate_queries", "queries"), "release": _release},
            **_reads)
     # Table 6: a label sheet of the judge's answered judgements; with labelled copies, judge vs humans
     _labels = W.get(f"{EM_}.human_labels")

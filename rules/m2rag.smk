@@ -39,9 +39,9 @@ if W.enabled("m2rag"):
 
     _elements = {"elements": W.out("m2rag_split_pages", "elements"), "queries": _sampled}
     W.step("text_score_elements", stage="score_elements", family="m2rag", section="m2rag.score_elements", models=_image_scorer,
-           inputs=_elements, wiring={**_placeholder, "kinds": ["text"]})
+           inputs=_elements, wiring={**_placeholder, "kinds": ["text"]}, prompts=("m2rag_score_text",))
     W.step("image_score_elements", stage="score_elements", family="m2rag", section="m2rag.score_elements", models=_image_scorer,
-           inputs={**_elements, **_kept}, wiring={**_placeholder, "kinds": ["image"]})
+           inputs={**_elements, **_kept}, wiring={**_placeholder, "kinds": ["image"]}, prompts=("m2rag_score_image",))
     W.step("release_m2rag", family="m2rag", files={"manifest": "release.json"}, wiring={**_categories, "releases_dir": W.releases_dir},
            inputs={"queries": W.every("classify_queries", "classified_queries"), "sampled": _sampled,
                    "pages": W.out("m2rag_fetch_pages", "pages"), "captions": W.out("caption_images", "captions"),

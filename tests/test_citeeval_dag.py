@@ -112,5 +112,5 @@ def test_mavis_and_m2rag_evaluations_feed_citeeval(workflow_copy, tmp_path):
     assert counts["citeeval_from_mavis"] == "2" and counts["citeeval_from_m2rag"] == "2"  # 2 models; 1 model x 2 approaches
     assert counts["citeeval_prepare"] == "4" and counts["citeeval_report"] == "2" and "citeeval_from_mcitebench" not in counts
     for path in ("eval_mavis/citeeval_report/report.md", "eval_m2rag/citeeval_report/report.md",
-                 "citeeval/citeeval_prepare/responses.m2rag-00000-separate.parquet", "citeeval/citeeval_prepare/responses.mavis-00001.parquet"):
+                 "citeeval/citeeval_prepare/prepared_responses.m2rag-00000-separate.parquet", "citeeval/citeeval_prepare/prepared_responses.mavis-00001.parquet"):
         assert f"data/runs/demo/{path}" in plan.stdout

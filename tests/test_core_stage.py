@@ -390,6 +390,26 @@ def test_a_key_repeated_across_write_batches_fails_at_the_commit(tmp_path, score
     assert list(out.parent.iterdir()) == []
 
 
+def test_a_contract_on_a_struct_field_rejects_the_row_holding_a_bad_item(tmp_path, schema_dir):
+    """values/range name a field of a list-of-struct column: a retrieved document's modality."""
+    import pyarrow as pa
+
+    (schema_dir / "shown.yaml").write_text("table: shown\nkey: id\ncolumns:\n  id: string\n"
+                                          "  documents: list<struct<number:int32, modality:string>>\n"
+                                          "values:\n  documents.modality: [text, image]\nrange:\n  documents.number: [1, null]\n")
+    tables.table_schema.cache_clear()
+    rows = [{"id": "a", "documents": [{"number": 1, "modality": "text"}, {"number": 2, "modality": "image"}]},
+            {"id": "b", "documents": [{"number": 1, "modality": "text"}, {"number": 2, "modality": "\x00 control"}]},
+            {"id": "c", "documents": [{"number": 0, "modality": "text"}]}, {"id": "d", "documents": []}]
+    problems = tables.contract_problems(pa.Table.from_pylist(rows, schema=table_schema("shown")), tables.table_contract("shown"))
+    assert problems == [(1, "bad_value", "column 'documents.modality' holds '\\x00 control', not one of ['image', 'text']"),
+                        (2, "bad_value", "column 'documents.number' holds 0, not in [1, None]")]
+    (schema_dir / "broken.yaml").write_text("table: broken\ncolumns:\n  id: string\n  documents: list<struct<number:int32>>\n"
+                                           "values:\n  documents.modality: [text]\n")
+    with pytest.raises(SchemaError, match=r"broken.yaml: values names columns \['documents.modality'\]"):
+        tables.table_contract("broken")
+
+
 def test_a_contract_naming_an_unknown_column_is_refused(scored_dir):
     (scored_dir / "broken.yaml").write_text("table: broken\nkey: idd\ncolumns:\n  id: string\nrange:\n  id: [0, 1]\n")
     with pytest.raises(SchemaError, match=r"broken.yaml: key names columns \['idd'\]"):

@@ -60,6 +60,7 @@ FILE_INPUTS = {
     "attribution_inputs": "a JSONL file (tests/test_attribution_inputs.py)",
     "build_catalog": "any stage output files (tests/test_build_catalog.py)",
     "build_text_index": "corpus files (tests/test_build_text_index.py)",
+    "estimate_cost": "any stage output files and a profile YAML (tests/test_estimate.py)",
     "citeeval_fit": "a ratings CSV/JSONL (tests/test_citeeval_fit.py)",
     "generate_answers": "an MCiteBench release (tests/bad_inputs/test_records.py)",
     "harvest_hub_dataset": "dataset files (tests/bad_inputs/test_records.py)",
@@ -83,7 +84,7 @@ class Env:
 
     def llm(self) -> dict:
         return {"backend": "openai", "model": "plain", "max_attempts": 1, "cache": {"mode": "off"},
-                "image_store": str(self.tmp / "images"), "openai": {"base_url": self.llm_url, "concurrency": 2, "max_retries": 1}}
+                "image_store": str(self.tmp / "images"), "openai": {"base_url": self.llm_url, "max_in_flight": 2, "max_retries": 1}}
 
 
 @dataclass
@@ -185,7 +186,8 @@ def value(dtype: pa.DataType, name: str, contract, item: bool = False):
     if pa.types.is_list(dtype):
         return st.lists(value(dtype.value_type, name, contract, item=True), max_size=3)
     if pa.types.is_struct(dtype):
-        return st.fixed_dictionaries({f.name: value(f.type, f.name, contract) for f in dtype})
+        return st.fixed_dictionaries({f.name: value(f.type, f"{name}.{f.name}" if f"{name}.{f.name}" in contract.values else f.name, contract)
+                                      for f in dtype})
     if pa.types.is_map(dtype):
         return st.dictionaries(st.sampled_from(WORDS), value(dtype.item_type, name, contract), max_size=2).map(list)
     if allowed is not None and (item or not pa.types.is_list(dtype)):
@@ -240,7 +242,7 @@ def table_rows(draw, table: str, max_rows: int = 6) -> tuple[list[dict], int]:
             column = draw(st.sampled_from(schema.names))
             row[column] = None
         elif spoil == "off" and (contract.values or contract.ranges or contract.patterns):
-            column = draw(st.sampled_from(sorted({*contract.values, *contract.ranges, *contract.patterns})))
+            column = draw(st.sampled_from(sorted({*contract.values, *contract.ranges, *contract.patterns} - {c for c in contract.values if "." in c})))
             row[column] = draw(off_value(schema.field(column).type, column, contract))
         elif spoil == "odd":
             strings = [f.name for f in schema if pa.types.is_string(f.type)]

@@ -159,7 +159,7 @@ def test_old_section_names_are_refused_with_the_new_name():
     assert "config key 'evaluate' was renamed to 'eval_mcitebench'" in str(err.value)
 
 
-def test_a_given_release_is_a_rerun_param_and_evaluate_feeds_the_catalog(tmp_path):
+def test_a_given_release_is_a_rerun_param_and_evaluate_feeds_the_catalog(tmp_path, monkeypatch):
     """rerun_on: the steps reading a release named in the config carry its path and content hash as
     a rule param (not a stage param), which changes with the records; the catalog reads every
     evaluation table when `evaluate` is a target, else only those that exist (none here)."""
@@ -181,6 +181,22 @@ def test_a_given_release_is_a_rerun_param_and_evaluate_feeds_the_catalog(tmp_pat
     (folder / "mcitebench.jsonl").write_text('{"id": 2}\n')
     assert release_version(str(folder)) != step.rerun_on["release"]
 
+    # under `evaluate`, the build tables the evaluations read (MAVIS's from this run's release), not
+    # those of a family whose release is given by path (MCiteBench here), which the run never builds
+    monkeypatch.chdir(tmp_path)  # no stage output exists here
     tables = wiring.steps["build_catalog"].inputs({})["tables"]
-    assert set(wiring.catalog_tables("evaluation")) <= set(tables) and set(wiring.catalog_tables("build")) <= set(tables)
+    assert set(wiring.catalog_tables("evaluation")) <= set(tables)
+    assert "data/runs/demo/mavis/filter_questions/questions.00001.parquet" in tables
+    assert not any("/mcitebench/" in p for p in tables)
+    assert set(load_steps(config, targets=["evaluate", "release"]).steps["build_catalog"].inputs({})["tables"]) >= set(wiring.catalog_tables("build"))
     assert not set(load_steps(config).steps["build_catalog"].inputs({})["tables"]) & set(wiring.catalog_tables("evaluation"))
+
+
+def test_two_tables_of_a_family_under_one_view_name_fail_the_parse():
+    """The table-name convention: a table's file name is its catalog view, so a family's outputs of
+    different tables need different names."""
+    wiring = load_steps(demo_config())
+    assert wiring.steps["mavis_retrieval_quality"].output("summary").endswith("/retrieval_summary.parquet")
+    wiring.step("mavis_score_again", stage="mavis_retrieval_quality", family="eval_mavis", inputs={"queries": "q", "release": "r"})
+    with pytest.raises(WiringError, match="rules mavis_score and mavis_score_again both write eval_mavis.summary"):
+        wiring.check_table_names()

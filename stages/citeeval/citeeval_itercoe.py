@@ -116,7 +116,9 @@ def run(ctx):
     for rid, statements in by_response.items():
         statements.sort(key=lambda s: s["sentence_id"])
         ids = [s["sentence_id"] for s in statements]
-        response = responses[rid]
+        response = responses.get(rid)
+        if response is None:  # its statements are rejected below
+            continue
         asked.append(rid)
         requests.append(LLMRequest(
             id=rid, prompt=PROMPT,
@@ -128,7 +130,12 @@ def run(ctx):
     with LLMClient.from_params(params["llm"], stats=ctx.stats) as client:
         answers = dict(zip(asked, client.run(requests, desc="citeeval itercoe")))
     for rid, statements in by_response.items():
-        answer = answers[rid]
+        answer = answers.get(rid)
+        if answer is None:
+            for s in statements:
+                with ctx.item(s["id"]):
+                    raise Reject("no_response", f"response {rid} is not in the responses input")
+            continue
         if has_text(answer):
             ref_edits, ref_ratings, dropped = parse_reference(answer.raw)
             ctx.stats["reference_edits_dropped"] += dropped
@@ -171,7 +178,9 @@ STAGE = Stage(
     },
     run=run,
     prompts=("citeeval_itercoe",),
-    rejects={"invalid_answer": "the response's edit-and-rate answer stayed invalid after retries (raw text in the detail)", "failed_call": "the judge's call failed or returned no text"},
+    rejects={"invalid_answer": "the response's edit-and-rate answer stayed invalid after retries (raw text in the detail)",
+             "no_response": "the statement's response is not in the responses input",
+             "failed_call": "the judge's call failed or returned no text"},
 )
 
 if __name__ == "__main__":

@@ -23,6 +23,9 @@ The file also states the table's contract beyond types (all optional):
     pattern:                        # a regular expression each value (a list's item) matches in full
       units: "[0-9]+|IMG"
 
+values, range and pattern may name a field of a struct (or list of structs) column:
+`documents.modality: [text, image]`.
+
 "Not null" covers a list's items too (a list column that may not be null holds no null item).
 Writing checks the data against the schema and the contract, and a mismatch fails with the table
 and column named (a stage that writes a row its own contract forbids is a bug). Reading through
@@ -150,18 +153,19 @@ def _load(table: str) -> tuple[pa.Schema, Contract]:
                         {c: str(rx) for c, rx in (spec.get("pattern") or {}).items()})
     for what, columns in (("key", contract.key), ("nullable", contract.nullable), ("values", contract.values),
                           ("range", contract.ranges), ("pattern", contract.patterns)):
-        unknown = sorted(set(columns) - set(schema.names))
+        nested = what in ("values", "range", "pattern")  # these may name a struct's field: "documents.modality"
+        unknown = sorted(c for c in columns if (_field_type(schema, c) if nested else (c if c in schema.names else None)) is None)
         if unknown:
             raise SchemaError(f"{path}: {what} names columns {unknown} that the table does not have")
     clash = sorted(set(contract.key) & contract.nullable)
     if clash:
         raise SchemaError(f"{path}: key columns {clash} cannot be nullable")
     for column in (*contract.values, *contract.ranges, *contract.patterns):
-        base = _item_type(schema.field(column).type)
+        base = _item_type(_field_type(schema, column))
         if column in contract.ranges and not (pa.types.is_integer(base) or pa.types.is_floating(base)):
-            raise SchemaError(f"{path}: range of column {column!r}, which is {schema.field(column).type}, not numeric")
+            raise SchemaError(f"{path}: range of column {column!r}, which is {_field_type(schema, column)}, not numeric")
         if column in contract.patterns and not pa.types.is_string(base):
-            raise SchemaError(f"{path}: pattern of column {column!r}, which is {schema.field(column).type}, not text")
+            raise SchemaError(f"{path}: pattern of column {column!r}, which is {_field_type(schema, column)}, not text")
     return schema, contract
 
 
@@ -179,6 +183,20 @@ table_schema.cache_clear = _load.cache_clear  # tests that swap SCHEMA_DIR clear
 REJECTS_SCHEMA, REJECTS_CONTRACT = _load("rejects")  # every stage's <first output>.rejects.parquet
 
 
+def _field_type(schema: pa.Schema, name: str) -> pa.DataType | None:
+    """The type of a column, or of a field of a (list of) struct column named "<column>.<field>"."""
+    column, _, field_name = name.partition(".")
+    if column not in schema.names:
+        return None
+    dtype = schema.field(column).type
+    if not field_name:
+        return dtype
+    base = _item_type(dtype)
+    if not pa.types.is_struct(base) or base.get_field_index(field_name) < 0:
+        return None
+    return base.field(field_name).type
+
+
 def _item_type(dtype: pa.DataType) -> pa.DataType:
     return dtype.value_type if pa.types.is_list(dtype) or pa.types.is_large_list(dtype) else dtype
 
@@ -189,6 +207,15 @@ def _items(column: pa.ChunkedArray) -> tuple[pa.Array | pa.ChunkedArray, pa.Arra
         column = column.combine_chunks()  # one array: parent indices count from its first row
         return pc.list_flatten(column), pc.list_parent_indices(column)
     return column, None
+
+
+def _checked_items(table: pa.Table, name: str) -> tuple[pa.Array | pa.ChunkedArray, pa.Array | None]:
+    """_items of a column, or of one field of a (list of) struct column ("documents.modality")."""
+    column, _, field_name = name.partition(".")
+    values, parents = _items(table.column(column))
+    if field_name:
+        values = pc.struct_field(values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values, field_name)
+    return values, parents
 
 
 def _show(value) -> str:
@@ -227,11 +254,12 @@ def contract_problems(table: pa.Table, contract: Contract) -> list[tuple[int, st
         if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
             empty = pc.fill_null(pc.equal(column, ""), False)
             claim(np.flatnonzero(empty.to_numpy(zero_copy_only=False)), "bad_value", lambda r, c=name: f"key column {c!r} is empty")
-    for name in contract.columns:  # declared values, ranges and patterns
+    fields = sorted({c for c in (*contract.values, *contract.ranges, *contract.patterns) if "." in c})
+    for name in (*contract.columns, *fields):  # declared values, ranges and patterns
         allowed, bounds, pattern = contract.values.get(name), contract.ranges.get(name), contract.patterns.get(name)
         if allowed is None and bounds is None and pattern is None:
             continue
-        values, parents = _items(table.column(name))
+        values, parents = _checked_items(table, name)
         bad = pa.array(np.zeros(len(values), dtype=bool))
         if allowed is not None:
             bad = pc.or_(bad, pc.and_(pc.is_valid(values), pc.invert(pc.is_in(values, value_set=pa.array(sorted(allowed), values.type)))))

@@ -148,6 +148,7 @@ class Step:
     rerun_on: dict[str, str]  # extra rule params, not passed to the stage: a change reruns the rule
     threads: int
     constraints: dict[str, str]
+    prompts: tuple[str, ...] | None  # the declared prompts this rule renders, where it renders only some
     kind: str  # "build" | "evaluation"
 
     @property
@@ -222,7 +223,7 @@ class Step:
 
     def code(self) -> list[str]:
         """The stage's import closure and its prompts with their answer schemas: editing any reruns the rule."""
-        return stage_sources(self.stage) + prompt_sources(*self.decl.get("prompts", []))
+        return stage_sources(self.stage) + prompt_sources(*(self.decl.get("prompts", []) if self.prompts is None else self.prompts))
 
     def upstream(self) -> list[str]:
         """Every step this one reads from, directly or not."""
@@ -310,6 +311,9 @@ class Step:
         unknown = sorted(set(self.fixed) - set(self.decl["params"]))
         if unknown:
             raise WiringError(f"rule {self.rule}: wires params {unknown}, which stage {self.stage} does not declare")
+        unknown = sorted(set(self.prompts or ()) - set(self.decl.get("prompts", [])))
+        if unknown:
+            raise WiringError(f"rule {self.rule}: prompts= names {unknown}, which stage {self.stage} does not render")
         taken = sorted(set(self.rerun_on) & {"module", "io", "settings"})
         if taken:
             raise WiringError(f"rule {self.rule}: rerun_on names {taken}, which are the rule's own params")
@@ -402,10 +406,11 @@ class Wiring:
              shared: str | None = None, wiring: dict | None = None, per_job: Callable[[dict], dict] | None = None,
              models: Callable[[dict], dict] | None = None, files: dict[str, str] | None = None, folder: str | None = None,
              reports: dict[str, dict] | None = None, rerun_on: dict[str, str] | None = None, threads: int = 1,
-             constraints: dict[str, str] | None = None) -> Step:
+             constraints: dict[str, str] | None = None, prompts: tuple[str, ...] | None = None) -> Step:
         """Declare one rule. `inputs` maps the stage's inputs to an `out(...)`/`every(...)` edge, a
         path or list of paths, a function of the job's wildcards, or None/[] (not given);
-        `section` defaults to "<family>.<stage>"; `rerun_on` names values the stage does not take
+        `section` defaults to "<family>.<stage>"; `prompts` the declared prompts the rule renders,
+        where its wiring makes it render only some (editing another then leaves it alone); `rerun_on` names values the stage does not take
         whose change must rerun the rule (a release's content: `release_version`)."""
         stage = stage or rule
         if rule in self.steps:
@@ -418,7 +423,7 @@ class Wiring:
             section=f"{family}.{stage}" if section == "" else section, shared=shared, fixed=dict(wiring or {}),
             per_job=per_job, models=models, files=dict(files or {}), folder=folder or "",
             reports=dict(reports or {}), rerun_on=dict(rerun_on or {}), threads=threads, constraints=dict(constraints or {}),
-            kind="evaluation" if family in EVALUATION_FAMILIES else "build",
+            kind="evaluation" if family in EVALUATION_FAMILIES else "build", prompts=prompts,
         )
         step.folder = step.folder or f"{self.rundir}/{family}/{step.name}"
         step.check()
@@ -442,6 +447,32 @@ class Wiring:
     # derived ----------------------------------------------------------------------------
     def catalog_tables(self, kind: str = "build") -> list[str]:
         return [p for step in self.steps.values() if step.kind == kind for p in step.tables()]
+
+    def check_table_names(self) -> None:
+        """The table-name convention: a table output's file name (the output's name unless `files=`
+        renames it) is its catalog view in the family's schema, so two outputs of one family may
+        share a file name only when they share a table contract (the view is their union, as for
+        MAVIS's two cache_images rules)."""
+        seen: dict[tuple[str, str], tuple[str, str]] = {}
+        for step in self.steps.values():
+            for name, spec in step.decl["outputs"].items():
+                if not spec.get("table"):
+                    continue
+                view = (step.family, step.files.get(name, name))
+                other = seen.setdefault(view, (step.rule, spec["table"]))
+                if other[1] != spec["table"]:
+                    raise WiringError(f"rules {other[0]} and {step.rule} both write {view[0]}.{view[1]} with different tables "
+                                      f"({other[1]}, {spec['table']}): name one with files= (its catalog view)")
+
+    def build_steps_evaluated(self) -> set[str]:
+        """The build steps this run's evaluations read from, directly or not (an evaluation of a
+        release given by path reads none)."""
+        producer = {path: step.rule for step in self.steps.values() if step.kind == "build"
+                    for name in step.decl["outputs"] for path in step.every(name)}
+        read = {producer[path] for step in self.steps.values() if step.kind == "evaluation"
+                for wildcards in (step.domain or [{}]) for paths in step.inputs(wildcards).values()
+                for path in paths if path in producer}
+        return read | {up for rule in read for up in self.steps[rule].upstream()}
 
 
 def _as_list(path: str | list[str], wildcards: dict) -> list[str]:
@@ -490,4 +521,5 @@ def load_steps(config: dict, targets: Iterable[str] | Callable[[], Iterable[str]
     for path in rule_files():
         exec(compile(path.read_text(), str(path), "exec"), {"W": wiring, "config": config, "Path": Path, "WiringError": WiringError,
                                                             "release_version": release_version})
+    wiring.check_table_names()
     return wiring

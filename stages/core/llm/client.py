@@ -270,6 +270,8 @@ class LLMClient:
                 result = self._backend.send(call)
                 self.count("llm_calls")
                 self.count(f"llm_calls[{name}]")
+                if call.images and not BACKENDS[self.backend_name].sees_images:  # a text-only model: attached, not read
+                    self.count("llm_images_not_seen", len(call.images))
                 self.count("llm_prompt_tokens", result.prompt_tokens)
                 self.count("llm_completion_tokens", result.completion_tokens)
                 if result.error is None and len(result.text) <= self.max_chars and self.cache is not None:
