@@ -9,6 +9,8 @@ placeholder per stage subsection:
       x-stage: cache_images        # -> an object of that stage's params, help as descriptions
       x-except: [store, fetch]     # params the rule sets itself (from run-wide keys)
       # or x-only: [vision, llm]; `properties`/`required` given here add hand-written keys
+    # a stage of the family (stages/<section>/) the template does not name gets `x-stage` of all
+    # its params, none required (its rule may wire them)
     store: {x-param: cache_images.store}   # one param's schema, for a key several stages share
 
 `python -m stages.core.config_schema --write` writes `schemas/config/<section>.schema.yaml`;
@@ -31,7 +33,7 @@ from .layout import stage_module
 from .stage import REQUIRED, Param
 
 TEMPLATES = SCHEMAS / "config"
-KEYS = ("x-stage", "x-except", "x-only", "x-param")
+KEYS = ("x-stage", "x-except", "x-only", "x-param", "x-auto")
 
 
 class TemplateError(ValueError):
@@ -58,7 +60,8 @@ def _stage_object(node: dict, where: str) -> dict:
         "additionalProperties": False,
         "description": node.get("description", f"params of {stage} (python -m {stage_module(stage)} --help)"),
     }
-    required = [*node.get("required", []), *(n for n, p in selected.items() if p.default is REQUIRED)]
+    # x-auto: a subsection the template does not name, where the rule may wire the required params
+    required = [*node.get("required", []), *(n for n, p in selected.items() if p.default is REQUIRED and not node.get("x-auto"))]
     if required:
         out["required"] = required
     extra = {k: v for k, v in node.items() if k not in (*KEYS, "description", "required", "properties")}
@@ -99,12 +102,24 @@ def _list(dumper: yaml.SafeDumper, items: list) -> yaml.Node:
 _Dumper.add_representer(list, _list)
 
 
+def family_stages(section: str) -> list[str]:
+    """The stages of the family a section is named after (stages/<section>/)."""
+    from .declarations import stage_files  # stage modules only, not a family's helpers
+
+    return sorted(p.stem for p in stage_files() if p.parent.name == section)
+
+
 def render(template: Path) -> str:
-    """The generated schema file's text for one template."""
+    """The generated schema file's text for one template: a family's stage that the template does
+    not name gets its subsection of all its params (`<section>.<stage>`, the rule's own section)."""
     text = template.read_text()
     comments = [line for line in text.splitlines() if line.startswith("#")]
     section = template.name.removesuffix(".template.yaml")
-    schema = _expand(yaml.safe_load(text), section)
+    node = yaml.safe_load(text)
+    properties = node.setdefault("properties", {})
+    for stage in family_stages(section):
+        properties.setdefault(stage, {"x-stage": stage, "x-auto": True})
+    schema = _expand(node, section)
     header = [
         *comments,
         f"# GENERATED from {template.name} and the stages' Param declarations by",
