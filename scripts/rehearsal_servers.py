@@ -315,8 +315,17 @@ def _placements(value: dict, text: str, rng: Seeded) -> dict:
     return {"placements": [{"segment": rng.pick(segments), "images": [rng.pick(images)]}] if segments and images else []}
 
 
-# JSON answers whose numbers point into the request: the schema's instance, then these read the request
-JSON_FORMATS = {"mcitebench_explanation_qa": _explanation_triples, "m2rag_interleave": _placements}
+def _quality_labels(value: dict, text: str, rng: Seeded) -> dict:
+    """MCiteBench quality control as a mostly satisfied reviewer: relevant and clear, the evidence
+    aligned three times in four (a uniform 0-2 on each criterion kept about 3 samples in 10, and
+    the few single-source explanation questions the probe reads could all go)."""
+    return {**value, "relevance": 2, "clarity": 2, "evidence_alignment": rng.pick([0, 2, 2, 2])}
+
+
+# JSON answers that read the request (numbers pointing into it) or lean like a real judge: the
+# schema's instance, then these
+JSON_FORMATS = {"mcitebench_explanation_qa": _explanation_triples, "m2rag_interleave": _placements,
+                "mcitebench_quality_control": _quality_labels}
 
 
 def answer_text(prompt: str | None, kind: str, body: dict, text: str, rng: Seeded, library: Prompts) -> str:
