@@ -9,10 +9,10 @@ first input and its jobs are the estimate's. For every step with a first input, 
 `rows_in` (the rows of that input its jobs read: Parquet row counts, or a release's report),
 `items` (what the step worked on: its reports' rows in) and `items_per_row`, `out_per_item`
 (rows of each output per item); for a model step `calls_per_item`, `prompt_tokens_per_call` and
-`completion_tokens_per_call` (its reports' llm_* figures: the calls sent, so measure a run that
-started with no call cache; a repeat inside the run is a cache hit in a real run too) and, with
---counts (the stand-ins' counts.json of a rehearsal), `roles`: each model role's share of the
-calls (the calls its stand-in answered for the prompts the step asked).
+`completion_tokens_per_call` (its reports' llm_* figures: calls per item counts the requests, the
+calls sent and the call-cache hits, so measure a run that started with no call cache; tokens are
+per call sent) and, with --counts (the stand-ins' counts.json of a rehearsal), `roles`: each model
+role's share of the requests (each prompt's requests split as its stand-ins answered its calls).
 """
 from __future__ import annotations
 
@@ -41,6 +41,20 @@ def rows(path: str, key: str) -> int | None:
     return json.loads(report.read_text())["rows_out"].get(key.split(".", 1)[1]) if report.exists() else None
 
 
+def requests(reports: list[dict]) -> dict[str, int]:
+    """Per prompt, the requests a step's jobs made: the calls they sent and those answered from the
+    call cache. A rehearsal starts with no cache, so its hits are repeats inside the run, which the
+    generated sources have many of (the same question text in many posts) and real sources few:
+    counting them keeps the bill an upper bound."""
+    out: dict[str, int] = {}
+    for report in reports:
+        for key, n in report["stats"].items():
+            for kind in ("llm_calls[", "llm_cache_hits["):
+                if key.startswith(kind):
+                    out[key[len(kind):-1]] = out.get(key[len(kind):-1], 0) + n
+    return out
+
+
 def profile(configfiles: list[str], counts: dict | None) -> dict:
     config, _ = layered_config(configfiles, [])
     wiring = load_steps(config)
@@ -60,20 +74,24 @@ def profile(configfiles: list[str], counts: dict | None) -> dict:
         figures: dict = {"rows_in": sum(read), "items": items, "items_per_row": round(items / sum(read), 4),
                          "out_per_item": {name: round(sum(n) / items, 4) for name, n in written.items() if None not in n}}
         sent = sum(r["stats"].get("llm_calls", 0) for r in reports)
+        asked = requests(reports)
         if entry["kind"] == "model" and sent:  # a step answered from a warm cache alone tells nothing
-            figures["calls_per_item"] = round(sent / items, 4)
+            figures["calls_per_item"] = round(sum(asked.values()) / items, 4)
             figures["prompt_tokens_per_call"] = round(sum(r["stats"].get("llm_prompt_tokens", 0) for r in reports) / sent, 1)
             figures["completion_tokens_per_call"] = round(sum(r["stats"].get("llm_completion_tokens", 0) for r in reports) / sent, 1)
             if counts:
-                prompts = {key[len("llm_calls["):-1] for r in reports for key in r["stats"] if key.startswith("llm_calls[")}
-                answered: dict[str, int] = {}
+                answered: dict[str, dict[str, int]] = {}  # role -> prompt -> calls its stand-in answered
                 for job in entry["jobs"]:
                     for role in job["roles"]:
                         by_prompt = counts.get(role["endpoint"], {}).get("models", {}).get(role["model"], {})
-                        answered[role["role"]] = answered.get(role["role"], 0) + sum(by_prompt.get(p, 0) for p in prompts)
-                total = sum(answered.values())
-                if total and len(answered) > 1:
-                    figures["roles"] = {role: round(n / total, 4) for role, n in answered.items()}
+                        for p in asked:
+                            answered.setdefault(role["role"], {})[p] = answered.get(role["role"], {}).get(p, 0) + by_prompt.get(p, 0)
+                # each prompt's requests split among the roles as their stand-ins answered its sent calls
+                weight = {role: sum(n * by[p] / sum(a[p] for a in answered.values()) for p, n in asked.items()
+                                    if sum(a[p] for a in answered.values())) for role, by in answered.items()}
+                total = sum(weight.values())
+                if total and len(weight) > 1:
+                    figures["roles"] = {role: round(n / total, 4) for role, n in weight.items()}
         out[rule] = figures
     return out
 
