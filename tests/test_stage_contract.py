@@ -55,8 +55,6 @@ CATEGORIES = [{"id": i, "name": f"topic {i}", "description": f"queries about top
 
 # Stages with no table input: what they read is a file format of its own, fed bad files elsewhere.
 FILE_INPUTS = {
-    "mavis_retrieval_quality": "a MAVIS release besides its queries (tests/test_mavis_retrieval_quality.py; no generated case yet)",
-    "mavis_validate_judge": "a MAVIS release besides its tables (tests/test_mavis_validate_judge.py; no generated case yet)",
     "attribution_inputs": "a JSONL file (tests/test_attribution_inputs.py)",
     "build_catalog": "any stage output files (tests/test_build_catalog.py)",
     "build_text_index": "corpus files (tests/test_build_text_index.py)",
@@ -81,6 +79,7 @@ class Env:
     llm_url: str
     release: Path  # a MAVIS fixture release
     tiny_vlm: Path
+    judge_labels: Path  # a labelled sheet for mavis_validate_judge, naming judgements by the id pool
 
     def llm(self) -> dict:
         return {"backend": "openai", "model": "plain", "max_attempts": 1, "cache": {"mode": "off"},
@@ -137,8 +136,11 @@ CASES = {
     "mavis_generate_answers": Case(lambda env: {"model": "plain", "llm": env.llm(), "methods": ["vanilla"]},
                                    files=lambda env: {"release": env.release}),
     "mavis_judge": Case(lambda env: {"judge": "plain", "llm": env.llm()}, files=lambda env: {"release": env.release}),
+    "mavis_retrieval_quality": Case(lambda env: {"retrievers": ["minilm"], "ndcg_k": 3, "recall_k": 4, "device": "cpu"},
+                                    files=lambda env: {"release": env.release}),
     "mavis_retrieve": Case(lambda env: {"settings": ["text"], "top_k": 2, "device": "cpu"}, files=lambda env: {"release": env.release}),
     "mavis_score": Case(lambda env: {"mauve_featurizer": "sentence-encoder", "mauve_device": "cpu"}),
+    "mavis_validate_judge": Case(files=lambda env: {"release": env.release, "labels": env.judge_labels}),
     "mcitebench_attention": Case(lambda env: {"model": str(env.tiny_vlm), "model_name": "tiny", "max_new_tokens": 3, "device": "cpu",
                                               "dtype": "float32"}),
     "pair_evidence": Case(),
@@ -361,8 +363,11 @@ def env(tmp_path_factory):
         build_tiny_vlm(tiny)
     except ImportError:  # transformers missing: those two stages are skipped below
         tiny = None
+    labels = folder / "judge_labels.csv"  # every kind of label, on judgements the id pool names and one it never does
+    labels.write_text("judgement_id,human_score,annotator\nk1,1,a\nk1,0.5,b\nk2,partially supported,a\nk3,maybe,a\n"
+                      "reddit:p1/c1,,a\nnone-such,0,a\n")
     with plain_llm_server() as url:
-        yield Env(folder / "runs", url, release, tiny)
+        yield Env(folder / "runs", url, release, tiny, labels)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -371,7 +376,7 @@ def test_stage_keeps_its_contract_under_generated_input(env, name):
     if env.tiny_vlm is None and name in ("generate_attributed", "mcitebench_attention"):
         pytest.skip("transformers is not installed")
     env.tmp.mkdir(exist_ok=True)
-    stage_env = Env(env.tmp / name, env.llm_url, env.release, env.tiny_vlm)
+    stage_env = Env(env.tmp / name, env.llm_url, env.release, env.tiny_vlm, env.judge_labels)
     stage_env.tmp.mkdir(exist_ok=True)
 
     @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate],  # no shrinking: each try is a process

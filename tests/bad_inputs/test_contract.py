@@ -310,3 +310,26 @@ def test_review_sheet_with_two_decisions_for_one_question_fails_naming_it(tmp_pa
     last = result.stderr.strip().splitlines()[-1]
     assert f"review sheet {sheet}: mcq:1 is on line 2 and again on line 4 with different values" in last, last
     assert not out.exists() or not any(out.iterdir())
+
+
+# --- mavis_validate_judge: a judgement marked answered that carries no score ------------------------
+def test_mavis_validate_judge_answered_judgement_without_score(tmp_path):
+    from mavis_eval_fixtures import build_release
+
+    release = build_release(tmp_path / "rel" / "v1")
+    judgement = {"response_id": "r1", "model": "cand", "judge": "j", "instance_id": "reddit:p1/c1", "scoring": "strict", "kind": "relevance",
+                 "sentence_index": 0, "ok": True}
+    judgements = [valid("mavis_eval_judgements", id="j-scored", score=0.5, **judgement), valid("mavis_eval_judgements", id="j-unscored", **judgement)]
+    paths = [f"--input={name}={crafted(tmp_path / f'{name}.parquet', table, rows)}" for name, table, rows in
+             (("responses", "mavis_eval_responses", []), ("sentences", "mavis_eval_sentences", []),
+              ("judgements", "mavis_eval_judgements", judgements))]
+    labels = tmp_path / "labels.csv"
+    labels.write_text("judgement_id,human_score\nj-scored,1\nj-unscored,0.5\n")
+    out = tmp_path / "out"
+    run_stage("mavis_validate_judge", *paths, f"--input=release={release}", f"--input=labels={labels}", f"--output=labels={out / 'labels.parquet'}",
+              f"--output=agreement={out / 'agreement.parquet'}", f"--output=label_sheet={out / 'sheet.csv'}")
+    rejects, report, rows = outcome(out / "labels.parquet")
+    assert [r["judgement_id"] for r in rows] == ["j-scored"] and rows[0]["judge_score"] == 0.5
+    assert rejects["j-unscored"][0] == "no_judgement"  # nothing to compare a human score with: not on the sheet
+    assert report["stats"]["unscored_judgements"] == 1 and "j-unscored" not in (out / "sheet.csv").read_text()
+    assert_counts(report, ("labels",))
