@@ -188,7 +188,8 @@ def value(dtype: pa.DataType, name: str, contract, item: bool = False):
     if pa.types.is_list(dtype):
         return st.lists(value(dtype.value_type, name, contract, item=True), max_size=3)
     if pa.types.is_struct(dtype):
-        return st.fixed_dictionaries({f.name: value(f.type, f"{name}.{f.name}" if f"{name}.{f.name}" in contract.values else f.name, contract)
+        declared = {*contract.values, *contract.ranges, *contract.patterns}  # a struct's field may have a contract of its own
+        return st.fixed_dictionaries({f.name: value(f.type, f"{name}.{f.name}" if f"{name}.{f.name}" in declared else f.name, contract)
                                       for f in dtype})
     if pa.types.is_map(dtype):
         return st.dictionaries(st.sampled_from(WORDS), value(dtype.item_type, name, contract), max_size=2).map(list)
@@ -235,6 +236,7 @@ def off_value(dtype: pa.DataType, name: str, contract):
 def table_rows(draw, table: str, max_rows: int = 6) -> tuple[list[dict], int]:
     """(rows, how many rows have a null in a column declared not null)."""
     schema, contract = table_schema(table), table_contract(table)
+    offable = sorted(c for c in {*contract.values, *contract.ranges, *contract.patterns} if "." not in c)  # top-level columns
     rows = []
     for _ in range(draw(st.integers(0, max_rows))):
         row = {f.name: draw(st.none() | value(f.type, f.name, contract) if f.name in contract.nullable else value(f.type, f.name, contract))
@@ -243,8 +245,8 @@ def table_rows(draw, table: str, max_rows: int = 6) -> tuple[list[dict], int]:
         if spoil == "null":
             column = draw(st.sampled_from(schema.names))
             row[column] = None
-        elif spoil == "off" and (contract.values or contract.ranges or contract.patterns):
-            column = draw(st.sampled_from(sorted({*contract.values, *contract.ranges, *contract.patterns} - {c for c in contract.values if "." in c})))
+        elif spoil == "off" and offable:
+            column = draw(st.sampled_from(offable))
             row[column] = draw(off_value(schema.field(column).type, column, contract))
         elif spoil == "odd":
             strings = [f.name for f in schema if pa.types.is_string(f.type)]

@@ -333,3 +333,18 @@ def test_mavis_validate_judge_answered_judgement_without_score(tmp_path):
     assert rejects["j-unscored"][0] == "no_judgement"  # nothing to compare a human score with: not on the sheet
     assert report["stats"]["unscored_judgements"] == 1 and "j-unscored" not in (out / "sheet.csv").read_text()
     assert_counts(report, ("labels",))
+
+
+# --- citeeval_editdist: public-parser edits citeeval_itercoe never writes ----------------------------
+def test_citeeval_editdist_reference_edit_off_its_contract(tmp_path):
+    statements = [valid("citeeval_statements", id=s, citations=[1]) for s in ("s-ok", "s-reason0", "s-reason7", "s-keep", "s-nullreason")]
+    edit = {"op": "DELETE", "citation": "2", "reason": 1}
+    ratings = [valid("citeeval_itercoe", id=s, reference_edits=[{**edit, **changes}]) for s, changes in
+               (("s-ok", {}), ("s-reason0", {"reason": 0}), ("s-reason7", {"reason": 7}), ("s-keep", {"op": "KEEP"}), ("s-nullreason", {"reason": None}))]
+    out = tmp_path / "out" / "distances.parquet"
+    run_stage("citeeval_editdist", f"--input=statements={crafted(tmp_path / 's.parquet', 'citeeval_statements', statements)}",
+              f"--input=ratings={crafted(tmp_path / 'r.parquet', 'citeeval_itercoe', ratings)}", f"--output=distances={out}")
+    rejects, report, rows = outcome(out)
+    assert {k: v[0] for k, v in rejects.items()} == dict.fromkeys(["s-reason0", "s-reason7", "s-keep", "s-nullreason"], "bad_edit"), rejects
+    assert [r["id"] for r in rows] == ["s-ok"]
+    assert_counts(report)
