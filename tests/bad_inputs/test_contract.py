@@ -348,3 +348,20 @@ def test_citeeval_editdist_reference_edit_off_its_contract(tmp_path):
     assert {k: v[0] for k, v in rejects.items()} == dict.fromkeys(["s-reason0", "s-reason7", "s-keep", "s-nullreason"], "bad_edit"), rejects
     assert [r["id"] for r in rows] == ["s-ok"]
     assert_counts(report)
+
+
+# --- citeeval_from_m2rag: a placed image that names no input image, input images numbered twice -----
+def test_citeeval_from_m2rag_output_image_naming_no_input(tmp_path):
+    image = {"n": 1, "source": "page", "page_rank": 1, "url": "u", "sha256": "s", "thumb_sha256": "t", "caption": "A dog.", "caption_mode": "m",
+             "score": 0.5, "shown": "caption"}
+    placed = {"response": "Dogs bark. ![A dog.](image_1)", "output_images": [{"n": 1, "start": 11, "end": 29}]}
+    responses = [valid("m2rag_responses", id="ok", inputs=[image], **placed),
+                 valid("m2rag_responses", id="unknown", inputs=[{**image, "n": 2}], **placed),
+                 valid("m2rag_responses", id="twice", inputs=[image, image], **placed)]
+    out = tmp_path / "out" / "responses.parquet"
+    run_stage("citeeval_from_m2rag", f"--input=responses={crafted(tmp_path / 'r.parquet', 'm2rag_responses', responses)}", f"--output=responses={out}")
+    rejects, report, rows = outcome(out)
+    assert rejects == {"unknown": ("bad_response", "output images [1] name no input image"),
+                       "twice": ("bad_response", "input images numbered twice: [1, 1]")}, rejects
+    assert [r["response_id"] for r in rows] == ["ok"] and rows[0]["response"] == "Dogs bark. \n[1]\n"  # no page text: image 1 is passage 1
+    assert_counts(report)
