@@ -365,3 +365,14 @@ def test_citeeval_from_m2rag_output_image_naming_no_input(tmp_path):
                        "twice": ("bad_response", "input images numbered twice: [1, 1]")}, rejects
     assert [r["response_id"] for r in rows] == ["ok"] and rows[0]["response"] == "Dogs bark. \n[1]\n"  # no page text: image 1 is passage 1
     assert_counts(report)
+
+
+# --- m2rag_judge: a response row with no answer text (m2rag_generate writes none) -------------------
+def test_m2rag_judge_null_answer(tmp_path, llm):
+    responses = [valid("m2rag_responses", id="ok", response="Dogs bark."), valid("m2rag_responses", id="null", response=None)]
+    out = tmp_path / "out" / "judgements.parquet"
+    run_stage("m2rag_judge", f"--input=responses={crafted(tmp_path / 'r.parquet', 'm2rag_responses', responses)}", f"--output=judgements={out}",
+              "--params", json.dumps({"judge": "plain", "llm": llm}))
+    rejects, report, rows = outcome(out)
+    assert rejects["null"] == ("null_column", "column 'response' is null (input 'responses', r.parquet row 1)"), rejects
+    assert {r["response_id"] for r in rows} == {"ok"} and report["rows_in"] == 2
