@@ -376,3 +376,20 @@ def test_m2rag_judge_null_answer(tmp_path, llm):
     rejects, report, rows = outcome(out)
     assert rejects["null"] == ("null_column", "column 'response' is null (input 'responses', r.parquet row 1)"), rejects
     assert {r["response_id"] for r in rows} == {"ok"} and report["rows_in"] == 2
+
+
+# --- mavis_judge: a response with a null answer or raw output (mavis_generate_answers writes '') ----
+def test_mavis_judge_null_answer_or_raw(tmp_path, llm):
+    from mavis_eval_fixtures import build_release
+
+    release = build_release(tmp_path / "rel" / "v1")
+    responses = [valid("mavis_eval_responses", id=i, instance_id="reddit:p1/c1", **changes) for i, changes in
+                 (("ok", {"raw": "Low nitrogen.", "answer": "Low nitrogen."}), ("null-answer", {"raw": "x", "answer": None}),
+                  ("null-raw", {"raw": None, "answer": "x"}))]
+    out = tmp_path / "out"
+    run_stage("mavis_judge", f"--input=responses={crafted(tmp_path / 'r.parquet', 'mavis_eval_responses', responses)}", f"--input=release={release}",
+              f"--output=judgements={out / 'judgements.parquet'}", f"--output=sentences={out / 'sentences.parquet'}",
+              "--params", json.dumps({"judge": "plain", "llm": llm}))
+    rejects, report, rows = outcome(out / "judgements.parquet")
+    assert {k: v[0] for k, v in rejects.items()} == {"null-answer": "null_column", "null-raw": "null_column"}, rejects
+    assert {r["response_id"] for r in rows} == {"ok"} and report["rows_in"] == 3
