@@ -393,3 +393,23 @@ def test_mavis_judge_null_answer_or_raw(tmp_path, llm):
     rejects, report, rows = outcome(out / "judgements.parquet")
     assert {k: v[0] for k, v in rejects.items()} == {"null-answer": "null_column", "null-raw": "null_column"}, rejects
     assert {r["response_id"] for r in rows} == {"ok"} and report["rows_in"] == 3
+
+
+# --- quality_control: figure evidence whose element has no image crop to attach -----------------------
+def test_quality_control_figure_evidence_without_crop(tmp_path, llm):
+    questions = [valid("mcitebench_questions", id=q, question_type="explanation") for q in ("q-text", "q-nocrop")]
+    elements = [valid("mcitebench_elements", id="el:p:0:1", modality="text", text="A paragraph."),
+                valid("mcitebench_elements", id="el:p:0:2", modality="figure", caption="Figure 1: a plot.")]  # image_sha256 null
+    evidence = [valid("mcitebench_evidence", id="e1", question_id="q-text", element_id="el:p:0:1", modality="text"),
+                valid("mcitebench_evidence", id="e2", question_id="q-nocrop", element_id="el:p:0:2", modality="figure")]
+    out = tmp_path / "out"
+    run_stage("quality_control", f"--input=questions={crafted(tmp_path / 'q.parquet', 'mcitebench_questions', questions)}",
+              f"--input=evidence={crafted(tmp_path / 'e.parquet', 'mcitebench_evidence', evidence)}",
+              f"--input=distractors={crafted(tmp_path / 'd.parquet', 'mcitebench_distractors', [])}",
+              f"--input=elements={crafted(tmp_path / 'el.parquet', 'mcitebench_elements', elements)}",
+              f"--output=questions={out / 'questions.parquet'}", f"--output=judgements={out / 'judgements.parquet'}",
+              f"--output=review_sheet={out / 'review.csv'}", "--params", json.dumps({"llm": llm, "min_score": 0}))
+    rejects, report, rows = outcome(out / "questions.parquet")
+    assert rejects == {"q-nocrop": ("evidence_without_image", "figure/table evidence without an image crop: ['el:p:0:2']")}, rejects
+    assert [r["id"] for r in rows] == ["q-text"]
+    assert_counts(report, ("questions",))
