@@ -57,8 +57,6 @@ CATEGORIES = [{"id": i, "name": f"topic {i}", "description": f"queries about top
 
 # Stages with no table input: what they read is a file format of its own, fed bad files elsewhere.
 FILE_INPUTS = {
-    "mavis_retrieval_quality": "a MAVIS release besides its queries (tests/test_mavis_retrieval_quality.py; no generated case yet)",
-    "mavis_validate_judge": "a MAVIS release besides its tables (tests/test_mavis_validate_judge.py; no generated case yet)",
     "attribution_inputs": "a JSONL file (tests/test_attribution_inputs.py)",
     "build_catalog": "any stage output files (tests/test_build_catalog.py)",
     "build_text_index": "corpus files (tests/test_build_text_index.py)",
@@ -83,6 +81,7 @@ class Env:
     llm_url: str
     release: Path  # a MAVIS fixture release
     tiny_vlm: Path
+    judge_labels: Path  # a labelled sheet for mavis_validate_judge, naming judgements by the id pool
 
     def llm(self) -> dict:
         return {"backend": "openai", "model": "plain", "max_attempts": 1, "cache": {"mode": "off"},
@@ -114,8 +113,11 @@ CASES = {
     "mavis_generate_answers": Case(lambda env: {"model": "plain", "llm": env.llm(), "methods": ["vanilla"]},
                                    files=lambda env: {"release": env.release}),
     "mavis_judge": Case(lambda env: {"judge": "plain", "llm": env.llm()}, files=lambda env: {"release": env.release}),
+    "mavis_retrieval_quality": Case(lambda env: {"retrievers": ["minilm"], "ndcg_k": 3, "recall_k": 4, "device": "cpu"},
+                                    files=lambda env: {"release": env.release}),
     "mavis_retrieve": Case(lambda env: {"settings": ["text"], "top_k": 2, "device": "cpu"}, files=lambda env: {"release": env.release}),
     "mavis_score": Case(lambda env: {"mauve_featurizer": "sentence-encoder", "mauve_device": "cpu"}),
+    "mavis_validate_judge": Case(files=lambda env: {"release": env.release, "labels": env.judge_labels}),
     "mcitebench_attention": Case(lambda env: {"model": str(env.tiny_vlm), "model_name": "tiny", "max_new_tokens": 3, "device": "cpu",
                                               "dtype": "float32"}),
     "parse_pdfs": Case(lambda env: {"pdf_store": str(env.tmp / "pdfs"), "image_store": str(env.tmp / "images"),
@@ -168,7 +170,8 @@ def value(dtype: pa.DataType, name: str, contract, item: bool = False):
     if pa.types.is_list(dtype):
         return st.lists(value(dtype.value_type, name, contract, item=True), max_size=3)
     if pa.types.is_struct(dtype):
-        return st.fixed_dictionaries({f.name: value(f.type, f"{name}.{f.name}" if f"{name}.{f.name}" in contract.values else f.name, contract)
+        declared = {*contract.values, *contract.ranges, *contract.patterns}  # a struct's field may have a contract of its own
+        return st.fixed_dictionaries({f.name: value(f.type, f"{name}.{f.name}" if f"{name}.{f.name}" in declared else f.name, contract)
                                       for f in dtype})
     if pa.types.is_map(dtype):
         return st.dictionaries(st.sampled_from(WORDS), value(dtype.item_type, name, contract), max_size=2).map(list)
@@ -215,6 +218,7 @@ def off_value(dtype: pa.DataType, name: str, contract):
 def table_rows(draw, table: str, max_rows: int = 6) -> tuple[list[dict], int]:
     """(rows, how many rows have a null in a column declared not null)."""
     schema, contract = table_schema(table), table_contract(table)
+    offable = sorted(c for c in {*contract.values, *contract.ranges, *contract.patterns} if "." not in c)  # top-level columns
     rows = []
     for _ in range(draw(st.integers(0, max_rows))):
         row = {f.name: draw(st.none() | value(f.type, f.name, contract) if f.name in contract.nullable else value(f.type, f.name, contract))
@@ -223,8 +227,8 @@ def table_rows(draw, table: str, max_rows: int = 6) -> tuple[list[dict], int]:
         if spoil == "null":
             column = draw(st.sampled_from(schema.names))
             row[column] = None
-        elif spoil == "off" and (contract.values or contract.ranges or contract.patterns):
-            column = draw(st.sampled_from(sorted({*contract.values, *contract.ranges, *contract.patterns} - {c for c in contract.values if "." in c})))
+        elif spoil == "off" and offable:
+            column = draw(st.sampled_from(offable))
             row[column] = draw(off_value(schema.field(column).type, column, contract))
         elif spoil == "odd":
             strings = [f.name for f in schema if pa.types.is_string(f.type)]
@@ -343,8 +347,11 @@ def env(tmp_path_factory):
         build_tiny_vlm(tiny)
     except ImportError:  # transformers missing: those two stages are skipped below
         tiny = None
+    labels = folder / "judge_labels.csv"  # every kind of label, on judgements the id pool names and one it never does
+    labels.write_text("judgement_id,human_score,annotator\nk1,1,a\nk1,0.5,b\nk2,partially supported,a\nk3,maybe,a\n"
+                      "reddit:p1/c1,,a\nnone-such,0,a\n")
     with plain_llm_server() as url:
-        yield Env(folder / "runs", url, release, tiny)
+        yield Env(folder / "runs", url, release, tiny, labels)
 
 
 @pytest.mark.parametrize("name", GENERATED)
@@ -353,7 +360,7 @@ def test_stage_keeps_its_contract_under_generated_input(env, name):
     if env.tiny_vlm is None and name in ("generate_attributed", "mcitebench_attention"):
         pytest.skip("transformers is not installed")
     env.tmp.mkdir(exist_ok=True)
-    stage_env = Env(env.tmp / name, env.llm_url, env.release, env.tiny_vlm)
+    stage_env = Env(env.tmp / name, env.llm_url, env.release, env.tiny_vlm, env.judge_labels)
     stage_env.tmp.mkdir(exist_ok=True)
 
     @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate],  # no shrinking: each try is a process

@@ -28,8 +28,8 @@ input) when given.
 
 Inputs: statements (citeeval_statements), ratings (citeeval_itercoe), coefficients (optional JSON).
 Outputs: distances (citeeval_editdist, one row per rating row).
-Rejects: unknown_statement (a rating of a statement not in statements), bad_edit (a strict edit that is
-not a DELETE or ADD of a citation for reason 1-3: citeeval_itercoe writes none).
+Rejects: unknown_statement (a rating of a statement not in statements), bad_edit (a strict or reference
+edit that is not a DELETE or ADD of a citation for reason 1-3: citeeval_itercoe writes none).
 Params: coefficients.
 """
 from __future__ import annotations
@@ -115,7 +115,8 @@ def run(ctx):
         with ctx.item(row["id"]):
             if row["id"] not in citations:
                 raise Reject("unknown_statement", "no statements row for this rating")
-            bad = [e for e in row["edits"] or [] if e["op"] not in ("DELETE", "ADD") or e["reason"] not in DELETE_REASONS or e["citation"] is None]
+            bad = [e for e in [*(row["edits"] or []), *row["reference_edits"]]
+                   if e["op"] not in ("DELETE", "ADD") or e["reason"] not in DELETE_REASONS or e["citation"] is None]
             if bad:
                 raise Reject("bad_edit", f"edits {bad[:3]} are not DELETE/ADD of a citation for reason 1-3")
             cited = citations[row["id"]]

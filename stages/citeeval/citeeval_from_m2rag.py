@@ -22,7 +22,8 @@ support the text (§3 "Multi-modal Element Incorporation"). Rated by CiteEval:
 - The row's `mode`: text, or the image stand-ins used (caption, label, caption+label).
 
 Inputs: responses (m2rag_responses of one model). Outputs: responses (citeeval_responses).
-Rejects: no_inputs (a response given neither page text nor an image: nothing to cite).
+Rejects: no_inputs (a response given neither page text nor an image: nothing to cite), bad_response
+(an output image names no input image, or two input images share a number: as m2rag_judge).
 Invariant: responses in = rows out + rejected.
 """
 from __future__ import annotations
@@ -67,6 +68,10 @@ def row_mode(passages: list[dict]) -> str:
 def run(ctx):
     for response in ctx.read_rows("responses"):
         with ctx.item(response["id"]):
+            inputs = [i["n"] for i in response["inputs"]]
+            unknown = sorted({o["n"] for o in response["output_images"]} - set(inputs))
+            if unknown or len(set(inputs)) < len(inputs):
+                raise Reject("bad_response", f"output images {unknown} name no input image" if unknown else f"input images numbered twice: {inputs}")
             passages, image_ids = passages_of(response)
             if not passages:
                 raise Reject("no_inputs", "the response was given no page text and no image")
@@ -88,6 +93,7 @@ STAGE = Stage(
     params={},
     rejects={
         "no_inputs": "the response was given no page text and no image",
+        "bad_response": "the response's output images name no input image, or two input images share a number",
     },
     run=run,
 )

@@ -1,8 +1,8 @@
 """Judge validation (mavis.txt §5.5, App. B.2, Table 6): the Pearson correlation between human and
 judge scores of recall, precision, completeness and relevance.
 
-The stage writes `label_sheet.csv` through the review round trip (stages/core/review.py): one row
-per answered strict judgement of the evaluation, with what the judge read (the question, the
+The stage writes `label_sheet.csv` through the review round trip (stages/core/review.py): one row per
+answered strict judgement of the evaluation (ok and scored), with what the judge read (the question, the
 sentence or the fact, the answer for completeness, the cited documents for support) and empty
 `human_score` and `annotator` columns; the judge's own label is not shown. Metrics: `recall` is the
 support of a sentence by all its cited documents (Table 12), `precision` by one cited document,
@@ -85,7 +85,13 @@ def agreement(pairs: list[dict]) -> list[dict]:
 def run(ctx):
     responses = {r["id"]: r for r in ctx.read_rows("responses")}
     sentences = {(s["response_id"], s["sentence_index"]): s for s in ctx.read_rows("sentences") if (s.get("statement_set") or "strict") == "strict"}
-    judgements = {j["id"]: j for j in ctx.read_rows("judgements") if j.get("scoring", "strict") == "strict" and j["ok"] and j["kind"] in METRICS}
+    judgements = {}
+    for j in ctx.read_rows("judgements"):
+        if j.get("scoring", "strict") == "strict" and j["ok"] and j["kind"] in METRICS:
+            if j["score"] is None:  # answered without a score (the table allows it): nothing to compare a human score with
+                ctx.stats["unscored_judgements"] += 1
+                continue
+            judgements[j["id"]] = j
     facts = {f["fact_id"]: f["text"] for f in load_release(release_folder(ctx.input_path("release")))["facts"]}
     sheet = []
     for j in sorted(judgements.values(), key=lambda j: (j["model"], j["response_id"], j["kind"], j["sentence_index"] or -1, j["fact_id"] or "", j["doc_number"] or 0)):

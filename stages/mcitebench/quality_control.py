@@ -5,7 +5,8 @@ prompts/mcitebench_quality_control.md), and samples scoring below `min_score` on
 rejected (`low_quality`, with the judge's reason). The scores are their own table, so changing the
 threshold re-decides from cached calls. A sample without a schema-valid judgement is rejected
 (`invalid_answer`), never kept by default; one whose evidence elements are not in the elements
-table is rejected before the call (`unknown_evidence`).
+table is rejected before the call (`unknown_evidence`), and so is one with a figure or table
+evidence element that has no image crop to attach (`evidence_without_image`, as pair_evidence).
 
 The seed then has annotators verify the kept samples; this stage exports the review sheet for
 them: a CSV with one row per kept sample (question, answer, options, evidence keys and contents,
@@ -66,6 +67,9 @@ def run(ctx):
             shown = [{"key": r["key"], "modality": r["modality"], "content": evidence_text(elements[r["element_id"]], p["max_evidence_chars"])} for r in rows]
             shown_distractors = [{"key": elements[r["element_id"]]["label"] or f"D{r['rank']}", "modality": r["modality"],
                                   "content": evidence_text(elements[r["element_id"]], p["max_evidence_chars"])} for r in others]
+            cropless = [r["element_id"] for r in rows if r["modality"] != "text" and not elements[r["element_id"]]["image_sha256"]]
+            if p["attach_images"] and cropless:
+                raise Reject("evidence_without_image", f"figure/table evidence without an image crop: {cropless}")
             images = [elements[r["element_id"]]["image_sha256"] for r in rows if p["attach_images"] and r["modality"] != "text"]
             answer = q["answer"] if q["question_type"] == "explanation" else f"{q['gold']}. {q['answer']}"
             items.append((q, shown, shown_distractors))
@@ -123,6 +127,7 @@ STAGE = Stage(
     prompts=("mcitebench_quality_control",),
     rejects={
         "unknown_evidence": "the sample's evidence elements are not in the elements table",
+        "evidence_without_image": "a figure or table evidence element without an image crop to attach",
         "invalid_answer": "no schema-valid judgement after the client's retries",
         "low_quality": "a criterion scored below min_score (the judge's reason in the detail)",
     },

@@ -310,3 +310,106 @@ def test_review_sheet_with_two_decisions_for_one_question_fails_naming_it(tmp_pa
     last = result.stderr.strip().splitlines()[-1]
     assert f"review sheet {sheet}: mcq:1 is on line 2 and again on line 4 with different values" in last, last
     assert not out.exists() or not any(out.iterdir())
+
+
+# --- mavis_validate_judge: a judgement marked answered that carries no score ------------------------
+def test_mavis_validate_judge_answered_judgement_without_score(tmp_path):
+    from mavis_eval_fixtures import build_release
+
+    release = build_release(tmp_path / "rel" / "v1")
+    judgement = {"response_id": "r1", "model": "cand", "judge": "j", "instance_id": "reddit:p1/c1", "scoring": "strict", "kind": "relevance",
+                 "sentence_index": 0, "ok": True}
+    judgements = [valid("mavis_eval_judgements", id="j-scored", score=0.5, **judgement), valid("mavis_eval_judgements", id="j-unscored", **judgement)]
+    paths = [f"--input={name}={crafted(tmp_path / f'{name}.parquet', table, rows)}" for name, table, rows in
+             (("responses", "mavis_eval_responses", []), ("sentences", "mavis_eval_sentences", []),
+              ("judgements", "mavis_eval_judgements", judgements))]
+    labels = tmp_path / "labels.csv"
+    labels.write_text("judgement_id,human_score\nj-scored,1\nj-unscored,0.5\n")
+    out = tmp_path / "out"
+    run_stage("mavis_validate_judge", *paths, f"--input=release={release}", f"--input=labels={labels}", f"--output=labels={out / 'labels.parquet'}",
+              f"--output=agreement={out / 'agreement.parquet'}", f"--output=label_sheet={out / 'sheet.csv'}")
+    rejects, report, rows = outcome(out / "labels.parquet")
+    assert [r["judgement_id"] for r in rows] == ["j-scored"] and rows[0]["judge_score"] == 0.5
+    assert rejects["j-unscored"][0] == "no_judgement"  # nothing to compare a human score with: not on the sheet
+    assert report["stats"]["unscored_judgements"] == 1 and "j-unscored" not in (out / "sheet.csv").read_text()
+    assert_counts(report, ("labels",))
+
+
+# --- citeeval_editdist: public-parser edits citeeval_itercoe never writes ----------------------------
+def test_citeeval_editdist_reference_edit_off_its_contract(tmp_path):
+    statements = [valid("citeeval_statements", id=s, citations=[1]) for s in ("s-ok", "s-reason0", "s-reason7", "s-keep", "s-nullreason")]
+    edit = {"op": "DELETE", "citation": "2", "reason": 1}
+    ratings = [valid("citeeval_itercoe", id=s, reference_edits=[{**edit, **changes}]) for s, changes in
+               (("s-ok", {}), ("s-reason0", {"reason": 0}), ("s-reason7", {"reason": 7}), ("s-keep", {"op": "KEEP"}), ("s-nullreason", {"reason": None}))]
+    out = tmp_path / "out" / "distances.parquet"
+    run_stage("citeeval_editdist", f"--input=statements={crafted(tmp_path / 's.parquet', 'citeeval_statements', statements)}",
+              f"--input=ratings={crafted(tmp_path / 'r.parquet', 'citeeval_itercoe', ratings)}", f"--output=distances={out}")
+    rejects, report, rows = outcome(out)
+    assert {k: v[0] for k, v in rejects.items()} == dict.fromkeys(["s-reason0", "s-reason7", "s-keep", "s-nullreason"], "bad_edit"), rejects
+    assert [r["id"] for r in rows] == ["s-ok"]
+    assert_counts(report)
+
+
+# --- citeeval_from_m2rag: a placed image that names no input image, input images numbered twice -----
+def test_citeeval_from_m2rag_output_image_naming_no_input(tmp_path):
+    image = {"n": 1, "source": "page", "page_rank": 1, "url": "u", "sha256": "s", "thumb_sha256": "t", "caption": "A dog.", "caption_mode": "m",
+             "score": 0.5, "shown": "caption"}
+    placed = {"response": "Dogs bark. ![A dog.](image_1)", "output_images": [{"n": 1, "start": 11, "end": 29}]}
+    responses = [valid("m2rag_responses", id="ok", inputs=[image], **placed),
+                 valid("m2rag_responses", id="unknown", inputs=[{**image, "n": 2}], **placed),
+                 valid("m2rag_responses", id="twice", inputs=[image, image], **placed)]
+    out = tmp_path / "out" / "responses.parquet"
+    run_stage("citeeval_from_m2rag", f"--input=responses={crafted(tmp_path / 'r.parquet', 'm2rag_responses', responses)}", f"--output=responses={out}")
+    rejects, report, rows = outcome(out)
+    assert rejects == {"unknown": ("bad_response", "output images [1] name no input image"),
+                       "twice": ("bad_response", "input images numbered twice: [1, 1]")}, rejects
+    assert [r["response_id"] for r in rows] == ["ok"] and rows[0]["response"] == "Dogs bark. \n[1]\n"  # no page text: image 1 is passage 1
+    assert_counts(report)
+
+
+# --- m2rag_judge: a response row with no answer text (m2rag_generate writes none) -------------------
+def test_m2rag_judge_null_answer(tmp_path, llm):
+    responses = [valid("m2rag_responses", id="ok", response="Dogs bark."), valid("m2rag_responses", id="null", response=None)]
+    out = tmp_path / "out" / "judgements.parquet"
+    run_stage("m2rag_judge", f"--input=responses={crafted(tmp_path / 'r.parquet', 'm2rag_responses', responses)}", f"--output=judgements={out}",
+              "--params", json.dumps({"judge": "plain", "llm": llm}))
+    rejects, report, rows = outcome(out)
+    assert rejects["null"] == ("null_column", "column 'response' is null (input 'responses', r.parquet row 1)"), rejects
+    assert {r["response_id"] for r in rows} == {"ok"} and report["rows_in"] == 2
+
+
+# --- mavis_judge: a response with a null answer or raw output (mavis_generate_answers writes '') ----
+def test_mavis_judge_null_answer_or_raw(tmp_path, llm):
+    from mavis_eval_fixtures import build_release
+
+    release = build_release(tmp_path / "rel" / "v1")
+    responses = [valid("mavis_eval_responses", id=i, instance_id="reddit:p1/c1", **changes) for i, changes in
+                 (("ok", {"raw": "Low nitrogen.", "answer": "Low nitrogen."}), ("null-answer", {"raw": "x", "answer": None}),
+                  ("null-raw", {"raw": None, "answer": "x"}))]
+    out = tmp_path / "out"
+    run_stage("mavis_judge", f"--input=responses={crafted(tmp_path / 'r.parquet', 'mavis_eval_responses', responses)}", f"--input=release={release}",
+              f"--output=judgements={out / 'judgements.parquet'}", f"--output=sentences={out / 'sentences.parquet'}",
+              "--params", json.dumps({"judge": "plain", "llm": llm}))
+    rejects, report, rows = outcome(out / "judgements.parquet")
+    assert {k: v[0] for k, v in rejects.items()} == {"null-answer": "null_column", "null-raw": "null_column"}, rejects
+    assert {r["response_id"] for r in rows} == {"ok"} and report["rows_in"] == 3
+
+
+# --- quality_control: figure evidence whose element has no image crop to attach -----------------------
+def test_quality_control_figure_evidence_without_crop(tmp_path, llm):
+    questions = [valid("mcitebench_questions", id=q, question_type="explanation") for q in ("q-text", "q-nocrop")]
+    elements = [valid("mcitebench_elements", id="el:p:0:1", modality="text", text="A paragraph."),
+                valid("mcitebench_elements", id="el:p:0:2", modality="figure", caption="Figure 1: a plot.")]  # image_sha256 null
+    evidence = [valid("mcitebench_evidence", id="e1", question_id="q-text", element_id="el:p:0:1", modality="text"),
+                valid("mcitebench_evidence", id="e2", question_id="q-nocrop", element_id="el:p:0:2", modality="figure")]
+    out = tmp_path / "out"
+    run_stage("quality_control", f"--input=questions={crafted(tmp_path / 'q.parquet', 'mcitebench_questions', questions)}",
+              f"--input=evidence={crafted(tmp_path / 'e.parquet', 'mcitebench_evidence', evidence)}",
+              f"--input=distractors={crafted(tmp_path / 'd.parquet', 'mcitebench_distractors', [])}",
+              f"--input=elements={crafted(tmp_path / 'el.parquet', 'mcitebench_elements', elements)}",
+              f"--output=questions={out / 'questions.parquet'}", f"--output=judgements={out / 'judgements.parquet'}",
+              f"--output=review_sheet={out / 'review.csv'}", "--params", json.dumps({"llm": llm, "min_score": 0}))
+    rejects, report, rows = outcome(out / "questions.parquet")
+    assert rejects == {"q-nocrop": ("evidence_without_image", "figure/table evidence without an image crop: ['el:p:0:2']")}, rejects
+    assert [r["id"] for r in rows] == ["q-text"]
+    assert_counts(report, ("questions",))
