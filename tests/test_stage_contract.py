@@ -60,7 +60,7 @@ FILE_INPUTS = {
     "attribution_inputs": "a JSONL file (tests/test_attribution_inputs.py)",
     "build_catalog": "any stage output files (tests/test_build_catalog.py)",
     "build_text_index": "corpus files (tests/test_build_text_index.py)",
-    "estimate_cost": "any stage output files and a profile YAML (tests/test_estimate.py)",
+    "estimate_cost": "any stage output files and a profile YAML (tests/test_estimate_cost.py)",
     "citeeval_fit": "a ratings CSV/JSONL (tests/test_citeeval_fit.py)",
     "generate_answers": "an MCiteBench release (tests/bad_inputs/test_records.py)",
     "harvest_hub_dataset": "dataset files (tests/bad_inputs/test_records.py)",

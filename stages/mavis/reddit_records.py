@@ -184,17 +184,22 @@ def _gallery_urls(post: dict, dropped: list | None) -> list[str]:
         meta = _object(metadata, media_id, f"media_metadata.{media_id}")
         source = _object(meta, "s", f"media_metadata.{media_id}.s")
         url = _text(source, "u", None) or _text(source, "gif", None)
-        status = _text(meta, "status", None)
-        if status == "valid" and url:
-            urls.append(_unescape(url))
-        elif dropped is not None:
-            if not meta:
-                dropped.append((media_id, "gallery_item_no_metadata", f"{media_id}: not in media_metadata"))
-            elif status != "valid":
-                dropped.append((media_id, "gallery_item_failed", f"{media_id}: status {status!r}"))
-            else:
-                dropped.append((media_id, "gallery_item_no_metadata", f"{media_id}: valid but no source url"))
+        _gallery_item(media_id, bool(meta), _text(meta, "status", None), url, urls, dropped)
     return urls
+
+
+def _gallery_item(media_id: str, found: bool, status: str | None, url: str | None, urls: list, dropped: list | None) -> None:
+    """One gallery item, read from a dict or a plain post: its url kept, or why it is dropped."""
+    if status == "valid" and url:
+        urls.append(_unescape(url))
+    elif dropped is None:
+        return
+    elif not found:
+        dropped.append((media_id, "gallery_item_no_metadata", f"{media_id}: not in media_metadata"))
+    elif status != "valid":
+        dropped.append((media_id, "gallery_item_failed", f"{media_id}: status {status!r}"))
+    else:
+        dropped.append((media_id, "gallery_item_no_metadata", f"{media_id}: valid but no source url"))
 
 
 def plain_gallery_urls(post: PlainPost, dropped: list) -> list[str]:
@@ -210,15 +215,7 @@ def plain_gallery_urls(post: PlainPost, dropped: list) -> list[str]:
         meta = metadata.get(media_id)
         source = meta.s if meta is not None else None
         url = source.u or source.gif if source is not None else None
-        status = meta.status if meta is not None else None
-        if status == "valid" and url:
-            urls.append(_unescape(url))
-        elif meta is None:
-            dropped.append((media_id, "gallery_item_no_metadata", f"{media_id}: not in media_metadata"))
-        elif status != "valid":
-            dropped.append((media_id, "gallery_item_failed", f"{media_id}: status {status!r}"))
-        else:
-            dropped.append((media_id, "gallery_item_no_metadata", f"{media_id}: valid but no source url"))
+        _gallery_item(media_id, meta is not None, meta.status if meta is not None else None, url, urls, dropped)
     return urls
 
 
