@@ -27,7 +27,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from stages.core.estimate import plan, producers  # noqa: E402
+from stages.core.estimate import plan  # noqa: E402
 from stages.core.explain import layered_config  # noqa: E402
 from stages.core.wiring import load_steps  # noqa: E402
 
@@ -58,7 +58,7 @@ def requests(reports: list[dict]) -> dict[str, int]:
 def profile(configfiles: list[str], counts: dict | None) -> dict:
     config, _ = layered_config(configfiles, [])
     wiring = load_steps(config)
-    made = producers(wiring)
+    made = wiring.producers()
     out: dict[str, dict] = {}
     for rule, entry in plan(wiring)["steps"].items():
         step = wiring.steps[rule]

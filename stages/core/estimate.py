@@ -38,12 +38,6 @@ def network(step: Step, values: dict) -> bool:
     return "data_files" in step.decl["inputs"] and not step.inputs(step.domain[0] if step.slot else {}).get("data_files")
 
 
-def producers(wiring: Wiring) -> dict[str, str]:
-    """Every output file of every step -> "<rule>.<output>"."""
-    return {path: f"{name}.{output}" for name, step in wiring.steps.items() for output in step.decl["outputs"]
-            for path in step.every(output)}
-
-
 def reads(step: Step, made: dict[str, str]) -> dict[str, list[str]]:
     """Per input of the step, the "<rule>.<output>"s its jobs read (files no step makes are sources)."""
     out: dict[str, list[str]] = {}
@@ -60,7 +54,7 @@ def plan(wiring: Wiring) -> dict:
     job reads all of it (`repeated`: one job per evaluated model), whether it holds a GPU, and per job
     its `limit` and model roles; the steps in declaration order (`order`: the params' JSON sorts
     mappings); then the free steps' outputs the estimate counts (`measured`)."""
-    made = producers(wiring)
+    made = wiring.producers()
     given = wiring.get("estimate.given", {}) or {}
     steps: dict[str, dict] = {}
     free: set[str] = set()

@@ -464,14 +464,19 @@ class Wiring:
                     raise WiringError(f"rules {other[0]} and {step.rule} both write {view[0]}.{view[1]} with different tables "
                                       f"({other[1]}, {spec['table']}): name one with files= (its catalog view)")
 
+    def producers(self) -> dict[str, str]:
+        """Every output file of every step -> "<rule>.<output>"."""
+        return {path: f"{step.rule}.{output}" for step in self.steps.values() for output in step.decl["outputs"]
+                for path in step.every(output)}
+
     def build_steps_evaluated(self) -> set[str]:
         """The build steps this run's evaluations read from, directly or not (an evaluation of a
         release given by path reads none)."""
-        producer = {path: step.rule for step in self.steps.values() if step.kind == "build"
-                    for name in step.decl["outputs"] for path in step.every(name)}
-        read = {producer[path] for step in self.steps.values() if step.kind == "evaluation"
-                for wildcards in (step.domain or [{}]) for paths in step.inputs(wildcards).values()
-                for path in paths if path in producer}
+        made = self.producers()
+        read = {made[path].split(".")[0] for step in self.steps.values() if step.kind == "evaluation"
+                for wildcards in (step.domain or [{}]) for paths in step.inputs(wildcards).values() for path in paths
+                if path in made}
+        read = {rule for rule in read if self.steps[rule].kind == "build"}
         return read | {up for rule in read for up in self.steps[rule].upstream()}
 
 
