@@ -97,3 +97,18 @@ def test_declared_meaning_reads_patterns():
     assert declared_meaning(rejects, "http_404") == declared_meaning(rejects, "http_503") == "an HTTP error"
     assert declared_meaning(rejects, "http_x") is None and declared_meaning(rejects, "http_<status>") == "an HTTP error"
     assert declared_meaning(rejects, "blocked_address") is None
+
+
+def test_no_stage_imports_another_stage():
+    """A stage imports shared machinery (stages/core) and its family's helper modules (no STAGE of
+    their own: stages/mavis/entailment.py, ...), never another stage module."""
+    from stages.core.declarations import stage_files
+
+    stages = {f"stages.{p.parent.name}.{p.stem}" for p in stage_files()}
+    for path in stage_files():
+        tree = ast.parse(path.read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        helpers = {m for m in imported if m.startswith("stages.") and not m.startswith("stages.core")}
+        assert not helpers & stages, f"{path} imports the stage(s) {sorted(helpers & stages)}"
+        assert all(m.split(".")[1] == path.parent.name for m in helpers), f"{path} imports another family's helpers {sorted(helpers)}"
