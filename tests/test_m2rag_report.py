@@ -81,3 +81,28 @@ def test_failed_call_never_scores_and_scores_are_clamped(tmp_path, m2rag_respons
     strict = dict(con.execute("select metric, value from summary where scoring = 'strict'").fetchall())
     assert strict["fluency"] is None and strict["relevance"] is None  # 12 is off the scale: refused
     assert all(v is None or 0 <= v <= 1 for k, v in ref.items() if k != "overall_over")
+
+
+def test_reference_reads_the_score_field_wherever_it_stands(tmp_path, m2rag_responses):
+    """The judge's JSON with `score` first and numbers in the explanation after it: the public
+    evaluator's last-integer rule would read the explanation's number (fluency "9/10" -> 10 -> 1.0;
+    relevance "3 out of 5" -> 5 -> 0.5); the reference mode reads the `score` field: fluency 7 ->
+    0.7 (strict the same), relevance 11 -> refused by strict (missing), max(0, min(10, 11)) / 10 = 1.0
+    in reference."""
+    def answer(content):
+        return 200, json.dumps({"choices": [{"message": {"content": json.dumps(content)}, "finish_reason": "stop"}],
+                                "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+
+    def override(text):
+        if "Rate the fluency" in text:
+            return answer({"score": 7, "explanation": "a 9/10 would be generous"})
+        if "Rate how relevant" in text:
+            return answer({"score": 11, "explanation": "about 3 out of 5"})
+        return None
+
+    judgements, _ = judge(tmp_path, m2rag_responses[0], override=override, name="score_first")
+    _, con = _report(tmp_path, m2rag_responses[0], judgements)
+    ref = dict(con.execute("select metric, value from summary where scoring = 'reference'").fetchall())
+    strict = dict(con.execute("select metric, value from summary where scoring = 'strict'").fetchall())
+    assert ref["fluency"] == pytest.approx(0.7) and strict["fluency"] == pytest.approx(0.7)
+    assert ref["relevance"] == 1.0 and strict["relevance"] is None

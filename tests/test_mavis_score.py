@@ -194,3 +194,70 @@ def test_mauve_inputs_of_each_scoring():
     assert model == ["When to prune? Prune in winter."]
     gold, model = mauve_inputs(group, "strict")  # every answered response, no question prefix; the failed one has no text
     assert len(gold) == len(model) == 5 and model[0] == "Prune in winter."
+
+
+def test_mauve_through_the_stage_in_both_scorings(tmp_path):
+    """mavis_score's CLI on seven answers of one (setting, method), no judgements needed: the MAUVE
+    rows of both scorings equal the package's value on texts written here by hand from fluency.py's
+    rules, featurised by the same offline MiniLM (the stage's `sentence-encoder`). fluency.py keeps
+    instances with a text and an image gold document, retrieved documents and a gold answer over 500
+    characters; p is "Q A" of each kept instance, q "Q answer" (the answer after the last "</thinking>"
+    and "answer is:"; a failed call is "Error") less texts holding "Error", "document" or "information"
+    (any case); preprocess_text drops "[k]", line breaks, " ." and "**" (not " ,"). Seven texts give
+    MAUVE two buckets, too coarse to tell the question prefix apart (test_mauve_inputs_of_each_scoring
+    pins the texts); the selection, the drops and the counts it does tell."""
+    import json
+
+    import mauve
+    import pyarrow.parquet as pq
+
+    from conftest import run_stage
+    from stages.core.tables import write_table
+    from stages.core.text_index import load_encoder
+    from stages.eval_mavis.mavis_score import STAGE
+
+    assert STAGE.params["mauve_max_text_length"].default == 512  # fluency.py's max_text_length
+    q = "When should I prune my apple tree?"
+    gold_a = "Prune apple trees in late winter, while they are dormant. " * 10  # 580 characters
+    gold_b = "Cut dead and crossing branches first, then thin the crown. " * 10  # 590 characters
+    docs = [{"number": n, "doc_id": f"d:t{n}", "modality": "text", "text": "t", "image_sha256": None, "extraction": None} for n in (1, 2)]
+
+    def response(i, gold, raw, answer, error=None, image=1, documents=docs):
+        return {"id": f"r{i}", "model": "m", "instance_id": f"reddit:p{i}/c{i}", "split": "test", "setting": "multi", "method": "vanilla",
+                "question": q, "gold_answer": gold, "retriever": "minilm", "vision": True, "documents": documents, "raw": raw,
+                "answer": answer, "finish_reason": "stop", "error": error, "positive_text_documents": 1, "positive_image_documents": image}
+    rows = [
+        response(0, gold_a, "<thinking>Winter [2].</thinking>So the answer is: Prune in **late winter** [1].",
+                 "So the answer is: Prune in **late winter** [1]."),
+        response(1, gold_b, "Cut the dead wood first [1][2],\nthen thin the crown.", "Cut the dead wood first [1][2],\nthen thin the crown."),
+        response(2, gold_a, "The Document says winter [1].", "The Document says winter [1]."),  # instance kept, text dropped
+        response(3, "Winter.", "Winter [1].", "Winter [1]."),  # gold answer too short
+        response(4, gold_b, "Thin it [1].", "Thin it [1].", image=0),  # no image gold document
+        response(5, gold_a, "HTTP 500", "", error="backend: HTTP 500 from x"),  # instance kept, "Error" dropped
+        response(6, gold_b, "Thin the crown.", "Thin the crown.", documents=[]),  # nothing retrieved
+    ]
+    paths = {name: tmp_path / f"{name}.parquet" for name in ("responses", "sentences", "judgements", "scores", "summary")}
+    write_table(paths["responses"], rows, "mavis_eval_responses")
+    write_table(paths["sentences"], [], "mavis_eval_sentences")
+    write_table(paths["judgements"], [], "mavis_eval_judgements")
+    run_stage("mavis_score", *[f"--input={n}={paths[n]}" for n in ("responses", "sentences", "judgements")],
+              *[f"--output={n}={paths[n]}" for n in ("scores", "summary")], "--params", json.dumps({"mauve_featurizer": "sentence-encoder"}))
+    got = {r["scoring"]: r for r in pq.read_table(paths["summary"]).to_pylist() if r["metric"] == "mauve"}
+
+    encoder = load_encoder()
+
+    def expected(p_text, q_text):
+        features = [encoder.encode(t, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False).astype(np.float32)
+                    for t in (p_text, q_text)]
+        return mauve.compute_mauve(p_features=features[0], q_features=features[1], mauve_scaling_factor=5.0, seed=25, verbose=False).mauve
+
+    a, b = f"{q} {gold_a.strip()}", f"{q} {gold_b.strip()}"
+    reference_q = [f"{q} Prune in late winter.", f"{q} Cut the dead wood first , then thin the crown."]
+    assert got["reference"]["value"] == pytest.approx(expected([a, b, a, a], reference_q), abs=1e-6)
+    assert (got["reference"]["n"], got["reference"]["missing"]) == (2, 5)
+    # strict (ours): every answered response, gold vs answer, citations and markdown removed, no question prefix
+    strict_p = [gold_a.strip(), gold_b.strip(), gold_a.strip(), "Winter.", gold_b.strip(), gold_b.strip()]
+    strict_q = ["So the answer is: Prune in late winter.", "Cut the dead wood first, then thin the crown.", "The Document says winter.",
+                "Winter.", "Thin it.", "Thin the crown."]
+    assert got["strict"]["value"] == pytest.approx(expected(strict_p, strict_q), abs=1e-6)
+    assert (got["strict"]["n"], got["strict"]["missing"]) == (6, 1)
