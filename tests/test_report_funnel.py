@@ -89,6 +89,52 @@ def test_report_embeds_each_family_funnel_naming_every_stage(workflow_copy):
     assert '"mavis"' in html  # the family's category
 
 
+def check_every_funnel(run: Path) -> set[tuple[str, str]]:
+    """Every family's funnel (reports/<family>/funnel.svg) prints, for each of its steps, the line the
+    step's report sidecars give; every step of the run that wrote a report is in its family's funnel.
+    The (family, step) pairs checked."""
+    drawn = set()
+    for funnel_file in sorted(run.glob("reports/*/funnel.svg")):
+        family = funnel_file.parent.name
+        funnel = funnel_file.read_text()
+        for step, line in expected_lines(run / family).items():
+            assert html_escape(line) in funnel, (family, step, line)
+            drawn.add((family, step))
+    ran = {(p.parent.parent.name, p.parent.name) for p in run.glob("*/*/*.report.json") if p.parent.parent.name != "reports"}
+    assert ran == drawn, f"steps without a funnel: {sorted(ran - drawn)}"
+    return drawn
+
+
+def test_every_stage_of_the_demo_is_drawn_as_it_reports(workflow_copy):
+    """The whole demo (every family, as `snakemake --cores 2 report` runs it from a fresh clone: the
+    README's numbers, 7 to 20 minutes on 2 cores): each family's funnel, and the shared retrieval
+    layer's, prints for every stage exactly what its report sidecars say (issue 33, "Done when")."""
+    run_snakemake(workflow_copy, "report")
+    drawn = check_every_funnel(workflow_copy / "data/runs/demo")
+    assert {"mavis", "m2rag", "mcitebench", "retrieval"} == {family for family, _ in drawn}
+    assert {("m2rag", "sample_queries"), ("mavis", "extract_atomic_facts"), ("mavis", "fact_cache_images"),
+            ("retrieval", "build_text_index")} <= drawn
+    card = (workflow_copy / "data/runs/demo/reports/retrieval/card.html").read_text()
+    assert "retrieval has no release" in card
+
+
+def test_a_family_without_a_release_has_a_funnel(tmp_path):
+    """The shared retrieval layer writes no release: its funnel is drawn from its stages alone and
+    its card page says there is none."""
+    (tmp_path / "build_text_index").mkdir()
+    index = tmp_path / "build_text_index" / "text_index.00000.parquet"
+    index.write_bytes(b"")
+    (tmp_path / "build_text_index" / "text_index.00000.parquet.report.json").write_text(json.dumps({
+        "stage": "build_text_index", "version": "1", "params": {}, "rows_in": 700, "rows_out": {"index": 1}, "rejected": 2,
+        "rejected_by_reason": {"empty_text": 2}, "stats": {}, "seconds": 1.0}))
+    run_stage("report_funnel", "--input", f"outputs={index}", "--output", f"funnel={tmp_path / 'funnel.svg'}",
+              "--output", f"stages={tmp_path / 'stages.svg'}", "--output", f"card={tmp_path / 'card.html'}",
+              "--params", json.dumps({"family": "retrieval"}))
+    assert "build_text_index: read 700; wrote index 1; rejected 2 (empty_text 2)" in (tmp_path / "funnel.svg").read_text()
+    assert expected_lines(tmp_path) == {"build_text_index": "build_text_index: read 700; wrote index 1; rejected 2 (empty_text 2)"}
+    assert "retrieval has no release" in (tmp_path / "card.html").read_text()
+
+
 def test_a_stage_run_by_two_rules_is_two_steps(tmp_path):
     """MAVIS runs cache_images on post images (cache_images/) and on fact images (fact_cache_images/):
     the same stage name in two rule folders, each its own bar with its own rows, shards summed."""
