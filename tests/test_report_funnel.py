@@ -31,10 +31,13 @@ def _mavis_slice(workdir: Path) -> Path:
     return path
 
 
+# The samplers' reports count the rows they read and left behind by design under these stats
+LEFT_BEHIND = {"sample_queries": ("not_sampled", "others_only"), "sample_annotation": ("not_eligible", "not_sampled")}
+
+
 def expected_lines(family_dir: Path) -> dict[str, str]:
     """Per step (rule folder), what its report sidecars say, shards summed, in the funnel's words:
-    rows read, rows written per output, rejects by reason, rows not carried on (sample_queries
-    counts its queries not drawn as not_sampled and others_only)."""
+    rows read, rows written per output, rejects by reason, rows not carried on (LEFT_BEHIND)."""
     steps: dict[str, dict] = {}
     for sidecar in sorted(family_dir.glob("*/*.report.json")):
         report = json.loads(sidecar.read_text())
@@ -51,7 +54,7 @@ def expected_lines(family_dir: Path) -> dict[str, str]:
         line += f"; rejected {step['rejected']}"
         if step["reasons"]:
             line += " (" + ", ".join(f"{r} {n}" for r, n in sorted(step["reasons"].items(), key=lambda kv: (-kv[1], kv[0]))) + ")"
-        left = {k: step["stats"][k] for k in ("not_sampled", "others_only") if step["stage"] == "sample_queries" and step["stats"][k]}
+        left = {k: step["stats"][k] for k in LEFT_BEHIND.get(step["stage"], ()) if step["stats"][k]}
         if left:
             line += f"; not carried on {sum(left.values())} (" + ", ".join(f"{k} {v}" for k, v in left.items()) + ")"
         lines[name] = line
@@ -114,6 +117,11 @@ def test_every_stage_of_the_demo_is_drawn_as_it_reports(workflow_copy):
     assert {"mavis", "m2rag", "mcitebench", "retrieval"} == {family for family, _ in drawn}
     assert {("m2rag", "sample_queries"), ("mavis", "extract_atomic_facts"), ("mavis", "fact_cache_images"),
             ("retrieval", "build_text_index")} <= drawn
+    for step in ("m2rag/sample_queries", "mavis/sample_annotation"):  # each sampler's rows add up, none vanish
+        [sidecar] = (workflow_copy / "data/runs/demo" / step).glob("*.report.json")
+        report = json.loads(sidecar.read_text())
+        left = sum(report["stats"][k] for k in LEFT_BEHIND[report["stage"]])
+        assert report["rows_in"] == sum(report["rows_out"].values()) + report["rejected"] + left, report
     card = (workflow_copy / "data/runs/demo/reports/retrieval/card.html").read_text()
     assert "retrieval has no release" in card
 

@@ -11,7 +11,8 @@ steps, not one sum):
   write several rows per row read, or one file for many: extract_atomic_facts writes a fact table
   from answers, build_text_index one index from documents); its rejects, stacked by reason; and
   the rows it read and neither wrote on nor rejected by design, named as the stage counts them
-  (`NOT_CARRIED_ON`: sample_queries' queries not drawn). Nothing is derived by subtraction: units
+  (`NOT_CARRIED_ON`: sample_queries' queries not drawn, sample_annotation's instances not
+  eligible or not drawn). Nothing is derived by subtraction: units
   differ between a stage's input and its outputs. A text line per step says the same in numbers;
   `funnel_lines` is that text, which the tests compare with the stage reports;
 - `stages`: per step its seconds (shards summed) and its model calls beside its cache hits;
@@ -37,7 +38,7 @@ VERSION = "4"  # 2: one bar per output folder (a stage run twice is two steps); 
 _NUMBERS = ("rows_in", "rejected", "seconds")
 # Stages that read rows and leave some behind by design, neither written on nor rejected, and the
 # stats their reports count them in.
-NOT_CARRIED_ON = {"sample_queries": ("not_sampled", "others_only")}
+NOT_CARRIED_ON = {"sample_queries": ("not_sampled", "others_only"), "sample_annotation": ("not_eligible", "not_sampled")}
 
 
 def _read(path: Path) -> dict:
