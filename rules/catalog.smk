@@ -18,17 +18,19 @@ def _catalog_tables(wildcards):
 W.step("build_catalog", family="catalog", section=None, folder=W.rundir, files={"catalog": "catalog.duckdb"},
        inputs={"tables": _catalog_tables})
 W.report_families = {Path(m).parent.parent.name: m for m in W.releases}  # {RUNDIR}/<family>/<release stage>/release.json
-if W.report_families:
+# A funnel per build family, with a release or not: the shared retrieval layer's stages are stages of the run too.
+_funnels = sorted({step.family for step in W.steps.values() if step.kind == "build" and step.tables()})
+if _funnels:
     _shown = {"category": "{family}", "subcategory": "funnel"}
-    W.step("report_funnel", family="reports", section=None, slot="{family}", domain=[{"family": f} for f in W.report_families],
-           folder=f"{W.rundir}/reports/{{family}}", constraints={"family": "|".join(W.report_families)},
+    W.step("report_funnel", family="reports", section=None, slot="{family}", domain=[{"family": f} for f in _funnels],
+           folder=f"{W.rundir}/reports/{{family}}", constraints={"family": "|".join(_funnels)},
            inputs={"outputs": lambda wc: [p for p in W.catalog_tables("build") if p.startswith(f"{W.rundir}/{wc['family']}/")],
-                   "release": lambda wc: [W.report_families[wc["family"]]]},
+                   "release": lambda wc: [W.report_families[wc["family"]]] if wc["family"] in W.report_families else []},
            per_job=lambda wc: {"family": wc["family"]},
            files={"funnel": "funnel.svg", "stages": "stages.svg", "card": "card.html"},
            reports={"funnel": {**_shown, "caption": "report/funnel.rst"}, "stages": {**_shown, "caption": "report/stages.rst"},
                     "card": {"category": "{family}", "subcategory": "release card"}})
-W.reports = W.steps["report_funnel"].every("funnel") if W.report_families else []
+W.reports = W.steps["report_funnel"].every("funnel") if _funnels else []
 
 # The bill before the run (stages/core/estimate.py): `snakemake estimate` runs only the free steps
 # whose outputs the model steps' counts need, then projects every model step's calls and cost. The

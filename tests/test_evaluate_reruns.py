@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,48 @@ def test_mavis_evaluation_is_in_snakemakes_report(workflow_copy):
     html = (workflow_copy / "report.html").read_text()  # its results are keyed by path
     for name in ("report.md", "groundedness_by_modality.png", "utilisation_by_modality.png"):
         assert f'"data/runs/demo/eval_mavis/report_mavis/{name}": {{"name": "{name}"' in html, name
+
+
+def _keep_times(path: Path, text: bytes) -> None:
+    """New content under the file's old times: only a content version can tell."""
+    stamp = os.stat(path)
+    path.write_bytes(text)
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+
+
+def test_m2rag_and_mavis_evaluations_rerun_on_what_they_read(workflow_copy):
+    """eval_m2rag.release (M2RAG-Bench's published dev_set.jsonl) and eval_mavis.release (a released
+    MAVIS folder, read through its benchmark.duckdb): a change of content under old file times, or
+    another path, reruns the evaluation that reads it and leaves the other alone."""
+    dev_set = workflow_copy / "published/m2rag/data/dev_set/dev_set.jsonl"
+    dev_set.parent.mkdir(parents=True)
+    dev_set.write_text('{"query_id": 1, "content": "Why is the sky blue?", "webpages": [], "aux_images": [], "level": 1}\n')
+    mavis = workflow_copy / "published/mavis"
+    (mavis / "parquet").mkdir(parents=True)
+    (mavis / "benchmark.duckdb").write_bytes(b"db")
+    (mavis / "parquet/instances.parquet").write_bytes(b"v1")
+    config = demo_config()
+    config["eval_m2rag"]["release"], config["eval_mavis"]["release"] = str(dev_set), str(mavis)
+    path = workflow_copy / "given.yaml"
+    path.write_text(yaml.safe_dump(config))
+    make_up_to_date(workflow_copy, "evaluate", "--configfile", str(path))
+    run_snakemake(workflow_copy, "evaluate", "--configfile", str(path), "--touch", "--forcerun", "m2rag_generate", "mavis_generate_queries")
+    planned = lambda: _planned(run_snakemake(workflow_copy, "-n", "evaluate", "--configfile", str(path)))  # noqa: E731
+    assert planned() == set()
+
+    _keep_times(dev_set, dev_set.read_bytes().replace(b"sky blue", b"sea blue"))
+    m2rag = planned()
+    assert {"m2rag_generate", "m2rag_judge", "m2rag_report", "build_catalog"} <= m2rag and not any(r.startswith("mavis_") for r in m2rag)
+    run_snakemake(workflow_copy, "evaluate", "--configfile", str(path), "--touch", "--forcerun", "m2rag_generate")
+    assert planned() == set()
+
+    _keep_times(mavis / "parquet/instances.parquet", b"v2")  # benchmark.duckdb, the file the rules name, untouched
+    reading = {"mavis_generate_queries", "mavis_retrieve", "mavis_generate_answers", "mavis_judge", "mavis_retrieval_quality",
+               "mavis_validate_judge"}
+    changed = planned()
+    assert reading <= changed and not any(r.startswith("m2rag_") for r in changed), changed
+
+    shutil.copytree(mavis, workflow_copy / "published/mavis_b")
+    config["eval_mavis"]["release"] = str(workflow_copy / "published/mavis_b")
+    path.write_text(yaml.safe_dump(config))
+    assert reading <= planned()

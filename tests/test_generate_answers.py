@@ -100,8 +100,20 @@ def test_published_records_caption_their_evidence_from_meta_data(release):
     assert all(i["caption"] is None for i in items if not i["is_evidence"])  # distractors have none published
     text_only, _ = shown(items, vision=False, with_captions=True)
     assert next(v for v in text_only if v["label"] == "Figure 1")["caption"] == figure["caption"]
-    as_table = copy.deepcopy(locating)  # a table's caption is itable_caption; a non-text caption is none
-    as_table["meta_data"] = {**as_table["meta_data"], "img_caption": 7}
+    # the same record with its evidence a table: the caption is itable_caption (null in this published
+    # record: no caption, and img_caption is not a table's), and a table caption given is shown
+    as_table = copy.deepcopy(locating)
+    [evidence] = as_table["evidence_contents"]
+    as_table["image_2_idx"].pop(evidence)
+    as_table["table_2_idx"] = {evidence: "2"}
+    as_table["evidence_keys"], as_table["evidence_modal"] = ["Table 2"], ["table"]
+    assert as_table["meta_data"]["itable_caption"] is None
+    table = next(i for i in items_of(as_table, folder) if i["is_evidence"])
+    assert table["label"] == "Table 2" and table["caption"] is None
+    assert next(v for v in shown(items_of(as_table, folder), vision=False, with_captions=True)[0] if v["label"] == "Table 2")["caption"] is None
+    as_table["meta_data"]["itable_caption"] = " Table 2: Escaping times per gain. "
+    assert next(i for i in items_of(as_table, folder) if i["is_evidence"])["caption"] == "Table 2: Escaping times per gain."
+    as_table["meta_data"] = {**as_table["meta_data"], "itable_caption": 7}  # a non-text caption is none
     assert next(i for i in items_of(as_table, folder) if i["is_evidence"])["caption"] is None
     explanation = reference_records()[0]  # no meta_data captions: none invented
     assert all(i["caption"] is None for i in items_of(explanation, folder) if i["modality"] != "text")

@@ -31,10 +31,13 @@ def _mavis_slice(workdir: Path) -> Path:
     return path
 
 
+# The samplers' reports count the rows they read and left behind by design under these stats
+LEFT_BEHIND = {"sample_queries": ("not_sampled", "others_only"), "sample_annotation": ("not_eligible", "not_sampled")}
+
+
 def expected_lines(family_dir: Path) -> dict[str, str]:
     """Per step (rule folder), what its report sidecars say, shards summed, in the funnel's words:
-    rows read, rows written per output, rejects by reason, rows not carried on (sample_queries
-    counts its queries not drawn as not_sampled and others_only)."""
+    rows read, rows written per output, rejects by reason, rows not carried on (LEFT_BEHIND)."""
     steps: dict[str, dict] = {}
     for sidecar in sorted(family_dir.glob("*/*.report.json")):
         report = json.loads(sidecar.read_text())
@@ -51,7 +54,7 @@ def expected_lines(family_dir: Path) -> dict[str, str]:
         line += f"; rejected {step['rejected']}"
         if step["reasons"]:
             line += " (" + ", ".join(f"{r} {n}" for r, n in sorted(step["reasons"].items(), key=lambda kv: (-kv[1], kv[0]))) + ")"
-        left = {k: step["stats"][k] for k in ("not_sampled", "others_only") if step["stage"] == "sample_queries" and step["stats"][k]}
+        left = {k: step["stats"][k] for k in LEFT_BEHIND.get(step["stage"], ()) if step["stats"][k]}
         if left:
             line += f"; not carried on {sum(left.values())} (" + ", ".join(f"{k} {v}" for k, v in left.items()) + ")"
         lines[name] = line
@@ -87,6 +90,57 @@ def test_report_embeds_each_family_funnel_naming_every_stage(workflow_copy):
     manifest = json.loads((workflow_copy / "data/runs/demo/mavis/release_mavis/release.json").read_text())
     assert manifest["version"] in card and "<table>" in card
     assert '"mavis"' in html  # the family's category
+
+
+def check_every_funnel(run: Path) -> set[tuple[str, str]]:
+    """Every family's funnel (reports/<family>/funnel.svg) prints, for each of its steps, the line the
+    step's report sidecars give; every step of the run that wrote a report is in its family's funnel.
+    The (family, step) pairs checked."""
+    drawn = set()
+    for funnel_file in sorted(run.glob("reports/*/funnel.svg")):
+        family = funnel_file.parent.name
+        funnel = funnel_file.read_text()
+        for step, line in expected_lines(run / family).items():
+            assert html_escape(line) in funnel, (family, step, line)
+            drawn.add((family, step))
+    ran = {(p.parent.parent.name, p.parent.name) for p in run.glob("*/*/*.report.json") if p.parent.parent.name != "reports"}
+    assert ran == drawn, f"steps without a funnel: {sorted(ran - drawn)}"
+    return drawn
+
+
+def test_every_stage_of_the_demo_is_drawn_as_it_reports(workflow_copy):
+    """The whole demo (every family, as `snakemake --cores 2 report` runs it from a fresh clone: the
+    README's numbers, 7 to 20 minutes on 2 cores): each family's funnel, and the shared retrieval
+    layer's, prints for every stage exactly what its report sidecars say (issue 33, "Done when")."""
+    run_snakemake(workflow_copy, "report")
+    drawn = check_every_funnel(workflow_copy / "data/runs/demo")
+    assert {"mavis", "m2rag", "mcitebench", "retrieval"} == {family for family, _ in drawn}
+    assert {("m2rag", "sample_queries"), ("mavis", "extract_atomic_facts"), ("mavis", "fact_cache_images"),
+            ("retrieval", "build_text_index")} <= drawn
+    for step in ("m2rag/sample_queries", "mavis/sample_annotation"):  # each sampler's rows add up, none vanish
+        [sidecar] = (workflow_copy / "data/runs/demo" / step).glob("*.report.json")
+        report = json.loads(sidecar.read_text())
+        left = sum(report["stats"][k] for k in LEFT_BEHIND[report["stage"]])
+        assert report["rows_in"] == sum(report["rows_out"].values()) + report["rejected"] + left, report
+    card = (workflow_copy / "data/runs/demo/reports/retrieval/card.html").read_text()
+    assert "retrieval has no release" in card
+
+
+def test_a_family_without_a_release_has_a_funnel(tmp_path):
+    """The shared retrieval layer writes no release: its funnel is drawn from its stages alone and
+    its card page says there is none."""
+    (tmp_path / "build_text_index").mkdir()
+    index = tmp_path / "build_text_index" / "text_index.00000.parquet"
+    index.write_bytes(b"")
+    (tmp_path / "build_text_index" / "text_index.00000.parquet.report.json").write_text(json.dumps({
+        "stage": "build_text_index", "version": "1", "params": {}, "rows_in": 700, "rows_out": {"index": 1}, "rejected": 2,
+        "rejected_by_reason": {"empty_text": 2}, "stats": {}, "seconds": 1.0}))
+    run_stage("report_funnel", "--input", f"outputs={index}", "--output", f"funnel={tmp_path / 'funnel.svg'}",
+              "--output", f"stages={tmp_path / 'stages.svg'}", "--output", f"card={tmp_path / 'card.html'}",
+              "--params", json.dumps({"family": "retrieval"}))
+    assert "build_text_index: read 700; wrote index 1; rejected 2 (empty_text 2)" in (tmp_path / "funnel.svg").read_text()
+    assert expected_lines(tmp_path) == {"build_text_index": "build_text_index: read 700; wrote index 1; rejected 2 (empty_text 2)"}
+    assert "retrieval has no release" in (tmp_path / "card.html").read_text()
 
 
 def test_a_stage_run_by_two_rules_is_two_steps(tmp_path):

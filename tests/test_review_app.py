@@ -457,3 +457,14 @@ def test_without_a_catalog_the_sheet_itself_gives_the_entries(fresh):
     assert [(e["role"], e["title"], e["modality"]) for e in entries] == [
         ("evidence", "Table 2", "table"), ("evidence", "Section 4.2, Line 39", "text"), ("distractor", "Figure 3", "figure")]
     assert "<td>91.2</td>" in str(entries[0]["table"]) and entries[1]["text"] == "The gate helps."
+
+
+def test_what_the_page_and_the_report_write_stays_out_of_git():
+    """The review page's decisions (review/, where the README's command writes them) and Snakemake's
+    report.html, both in the repository root, are git-ignored: a user's `git status` stays clean
+    (issue 33 item 8)."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    paths = ["review/review_sheet.csv", "review/annotation_sheet.csv", "report.html"]
+    result = subprocess.run(["git", "check-ignore", *paths], cwd=REPO, capture_output=True, text=True)
+    assert result.stdout.split() == paths, result.stdout + result.stderr

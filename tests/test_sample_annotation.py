@@ -113,6 +113,12 @@ def test_sample_is_balanced_over_domains_of_supported_instances_and_seeded(tmp_p
     assert again == sample
     strict, _ = _sample(tmp_path, paths, size=2, min_supported_facts=2)  # the seed's "more than two": none here
     assert strict == []
+    # the instances left behind are counted, none vanish (the funnel draws them): 3 read, none eligible
+    report = json.loads((tmp_path / "sample.parquet.report.json").read_text())
+    assert (report["rows_in"], report["rows_out"]["sample"], report["stats"]["not_eligible"], report["stats"]["not_sampled"]) == (3, 0, 3, 0)
+    one, _ = _sample(tmp_path, paths, size=1, domains=["Science", "Business"], min_supported_facts=0, both_modalities=True)
+    report = json.loads((tmp_path / "sample.parquet.report.json").read_text())  # 2 eligible, 1 drawn, q3's instance not eligible
+    assert (report["rows_in"], len(one), report["stats"]["not_sampled"], report["stats"]["not_eligible"], report["rejected"]) == (3, 1, 1, 1, 0)
 
 
 def test_release_honours_the_filled_sheet_and_copies_images(tmp_path):

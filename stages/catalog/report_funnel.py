@@ -11,11 +11,14 @@ steps, not one sum):
   write several rows per row read, or one file for many: extract_atomic_facts writes a fact table
   from answers, build_text_index one index from documents); its rejects, stacked by reason; and
   the rows it read and neither wrote on nor rejected by design, named as the stage counts them
-  (`NOT_CARRIED_ON`: sample_queries' queries not drawn). Nothing is derived by subtraction: units
+  (`NOT_CARRIED_ON`: sample_queries' queries not drawn, sample_annotation's instances not
+  eligible or not drawn). Nothing is derived by subtraction: units
   differ between a stage's input and its outputs. A text line per step says the same in numbers;
   `funnel_lines` is that text, which the tests compare with the stage reports;
 - `stages`: per step its seconds (shards summed) and its model calls beside its cache hits;
-- `card`: the release's dataset card (README.md of the folder the manifest names) as HTML.
+- `card`: the release's dataset card (README.md of the folder the manifest names) as HTML; a
+  family without a release (the shared retrieval layer the demo runs on its own queries) gets a
+  page saying so, its stages drawn like any family's.
 
 The figures are SVG with their text kept as text, so stage and reason names stay searchable in
 the report. Items: the report sidecars read; one that is not a stage report is rejected
@@ -31,11 +34,11 @@ from pathlib import Path
 from stages.core.stage import Input, Output, Param, Reject, Stage
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "3"  # 2: one bar per output folder (a stage run twice is two steps); 3: rows out per output, rows not carried on
+VERSION = "4"  # 2: one bar per output folder (a stage run twice is two steps); 3: rows out per output, rows not carried on; 4: release optional
 _NUMBERS = ("rows_in", "rejected", "seconds")
 # Stages that read rows and leave some behind by design, neither written on nor rejected, and the
 # stats their reports count them in.
-NOT_CARRIED_ON = {"sample_queries": ("not_sampled", "others_only")}
+NOT_CARRIED_ON = {"sample_queries": ("not_sampled", "others_only"), "sample_annotation": ("not_eligible", "not_sampled")}
 
 
 def _read(path: Path) -> dict:
@@ -164,10 +167,13 @@ def draw_stages(family: str, stages: list[dict]):
     return fig
 
 
-def card_html(manifest: str) -> str:
+def card_html(family: str, manifest: str | None) -> str:
     """The release card as a page; the YAML block `datasets` reads is left in the card file."""
     from markdown_it import MarkdownIt
 
+    if manifest is None:
+        return (f"<!doctype html><html><head><meta charset='utf-8'><title>{family}</title></head><body>"
+                f"<p>{family} has no release: its stages feed the families' or stand on their own (see its funnel).</p></body></html>")
     release = json.loads(Path(manifest).read_text())
     text = (Path(release["path"]) / "README.md").read_text()
     if text.startswith("---\n"):
@@ -189,7 +195,8 @@ def run(ctx):
         fig = draw(family, stages)
         atomic_write_bytes(ctx.output_path(name), _svg(fig))
         matplotlib.pyplot.close(fig)
-    atomic_write_bytes(ctx.output_path("card"), card_html(ctx.input_path("release")).encode())
+    release = ctx.input_paths("release")
+    atomic_write_bytes(ctx.output_path("card"), card_html(family, release[0] if release else None).encode())
 
 
 STAGE = Stage(
@@ -198,12 +205,12 @@ STAGE = Stage(
     doc=__doc__,
     inputs={
         "outputs": Input("the family's stage outputs (any file): the report sidecars in their folders are read", many=True, kind="file"),
-        "release": Input("the family's release manifest (release.json); its folder's report is read too", kind="file"),
+        "release": Input("the family's release manifest (release.json); its folder's report is read too", kind="file", optional=True),
     },
     outputs={
         "funnel": Output(None, "SVG: rows through each stage, rejects stacked by reason"),
         "stages": Output(None, "SVG: seconds, model calls and cache hits per stage", counted=False),
-        "card": Output(None, "the release's dataset card as HTML", counted=False),
+        "card": Output(None, "the release's dataset card as HTML (a page saying there is none for a family without one)", counted=False),
     },
     params={"family": Param(str, "", "the family named in the figures' titles")},
     run=run,

@@ -22,7 +22,9 @@ positive documents are the ones judged grounded.
 
 Inputs `instances` (reddit_instances), `facts` (mavis_facts), `judged` (mavis_judged_documents),
 `documents` (mavis_documents). Outputs `sample` (mavis_annotation_sample) and `sheet` (CSV).
-Nothing is rejected: an instance is sampled or not. Invariant: sampled <= eligible <= instances.
+Nothing is rejected but what the table contract rejects on read: an instance is sampled, or left
+behind counted as `not_eligible` (too few supported facts) or `not_sampled` (eligible, beyond its
+domain's quota). Invariant: instances in = sampled + not_sampled + not_eligible + rejected.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from stages.core.quotas import sample
 from stages.core.review import write_sheet
 from stages.core.stage import Input, Output, Param, Stage
 
-VERSION = "1"
+VERSION = "2"  # 2: instances left behind counted (not_eligible, not_sampled)
 
 
 def sheet_columns(docs_per_fact: int) -> list[str]:
@@ -76,6 +78,8 @@ def run(ctx) -> None:
     quotas = {"total": p["size"], "seed": p["seed"], "domain": {d: share + (i < extra) for i, d in enumerate(domains)}}
     picked, achieved = sample(eligible, quotas, dimensions=("domain",))
     ctx.stats["eligible"] = len(eligible)
+    ctx.stats["not_eligible"] = len(instances) - len(eligible)
+    ctx.stats["not_sampled"] = len(eligible) - len(picked)
     for row in achieved:
         if row["dimension"] == "domain":
             ctx.stats[f"sampled[{row['value']}]"] = row["achieved"]
@@ -99,8 +103,10 @@ def run(ctx) -> None:
 
 
 def invariant(ctx) -> str | None:
-    if not ctx.rows_out("sample") <= ctx.stats["eligible"] <= ctx.rows_in:
-        return f"sampled {ctx.rows_out('sample')}, eligible {ctx.stats['eligible']}, instances {ctx.rows_in}: not in order"
+    s = ctx.stats
+    if ctx.rows_in != ctx.rows_out("sample") + s["not_sampled"] + s["not_eligible"] + ctx.rejected:
+        return (f"instances in {ctx.rows_in} != sampled {ctx.rows_out('sample')} + not sampled {s['not_sampled']} + not eligible "
+                f"{s['not_eligible']} + rejected {ctx.rejected}")
     return None
 
 
