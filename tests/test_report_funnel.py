@@ -202,3 +202,23 @@ def test_funnel_draws_what_each_stage_reports(tmp_path):
     for line in lines.values():
         assert line in funnel, line
     assert "of 4" not in funnel and "-59" not in funnel and "20 of 20" not in funnel  # nothing derived by subtraction
+
+
+def test_a_long_stage_line_stays_clear_of_the_legend_and_rejects_are_not_grey():
+    """harvest_pushshift's line (a dozen reasons) once ran into the legend to the right of the axes:
+    the legend sits below the axes, so no text of the figure overlaps it; no reason is drawn in
+    the grey of "rows read"."""
+    from matplotlib.colors import to_hex
+
+    from stages.catalog.report_funnel import draw_funnel
+
+    reasons = collections.Counter({f"reason_number_{i:02d}_with_a_long_name": 3 + i for i in range(16)})
+    stages = [{"stage": step, "name": step, "rows_in": 400, "rows_out": collections.Counter({"rows": 100}), "rejected": sum(reasons.values()),
+               "reasons": reasons, "stats": collections.Counter()} for step in ("harvest_pushshift", "filter_questions")]
+    fig = draw_funnel("mavis", stages)
+    fig.canvas.draw()
+    [ax] = fig.axes
+    legend = ax.get_legend().get_window_extent()
+    assert all(not text.get_window_extent().overlaps(legend) for text in ax.texts)
+    greys = {to_hex(h.get_facecolor()) for h in ax.get_legend().legend_handles if h.get_label().startswith("rejected:")} & {"#888888", "#7f7f7f", "#c7c7c7"}
+    assert not greys

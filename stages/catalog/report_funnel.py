@@ -34,7 +34,7 @@ from pathlib import Path
 from stages.core.stage import Input, Output, Param, Reject, Stage
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "4"  # 2: one bar per output folder (a stage run twice is two steps); 3: rows out per output, rows not carried on; 4: release optional
+VERSION = "5"  # 2: one bar per output folder (a stage run twice is two steps); 3: rows out per output, rows not carried on; 4: release optional; 5: legend below the axes
 _NUMBERS = ("rows_in", "rejected", "seconds")
 # Stages that read rows and leave some behind by design, neither written on nor rejected, and the
 # stats their reports count them in.
@@ -108,9 +108,9 @@ def funnel_lines(stages: list[dict]) -> list[str]:
 def draw_funnel(family: str, stages: list[dict]):
     import matplotlib.pyplot as plt
 
-    colours = plt.get_cmap("tab20")
+    palette = [plt.get_cmap("tab20")(i) for i in range(20) if i not in (14, 15)]  # not its greys: grey is "rows read"
     reasons = sorted({r for s in stages for r in s["reasons"]})
-    colour = {r: colours(i % 20) for i, r in enumerate(reasons)}
+    colour = {r: palette[i % len(palette)] for i, r in enumerate(reasons)}
     bars = []  # (step index, label, [(width, colour, hatch, legend)])
     for i, s in enumerate(stages):
         bars.append((i, f"read {int(s['rows_in'])}", [(s["rows_in"], "#888888", None, "rows read")]))
@@ -145,7 +145,8 @@ def draw_funnel(family: str, stages: list[dict]):
     ax.set_title(f"{family}: what each stage read, wrote, rejected and left behind")
     ax.set_xlim(0, top * 1.45)
     ax.set_ylim(-y, height)
-    ax.legend(legend.values(), legend.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+    # below the axes: a stage's text line may run past the axes to the right, never into the legend
+    ax.legend(legend.values(), legend.keys(), loc="upper left", bbox_to_anchor=(0.0, -0.6 / fig.get_figheight()), ncol=3, fontsize=7, frameon=False)
     return fig
 
 
