@@ -8,9 +8,12 @@ then times in the same run:
   baseline     requests.Session + a thread pool downloading every page into memory, nothing else;
   fetch_pages  the stage end to end (fetch layer with its guard, retries and byte cap; charset
                detection and strict decoding; trafilatura markdown; page store writes by sha256;
-               Parquet output), into an empty store.
+               Parquet output), into an empty store: first as it runs by default (pages read in
+               one markdown process beside the fetching one), then with markdown_processes 0 (all
+               in the fetching process, the design before).
 Prints pages/s for both and the ratio (the difference is the cost of reading pages as markdown),
-the CPU seconds of each (this process, the server's threads included in both) and the load average.
+the CPU seconds of each (this process, the server's threads included in both, plus the markdown
+process's) and the load average.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import json
 import logging
 import os
 import random
+import resource
 import sys
 import tempfile
 import time
@@ -69,21 +73,26 @@ def main() -> None:
         assert sum(sizes) == sum(map(len, pages))
         print(f"baseline     {args.pages / base_s:8.1f} pages/s  (bare downloads into memory; {base_cpu:.2f} CPU s)")
 
-        with tempfile.TemporaryDirectory() as tmp:
-            results = Path(tmp) / "results.parquet"
-            writer = TableWriter(results, table_schema("retrieval_search_results"), "retrieval_search_results")
-            writer.write_many([{"id": f"result:{n}", "query_id": f"q{n // 10}", "query": "q", "kind": "page", "rank": n % 10 + 1, "url": url,
-                                "title": "", "snippet": "", "page_url": "", "width": None, "height": None, "provider": "google"} for n, url in enumerate(urls)])
-            writer.commit()
-            out = Path(tmp) / "pages.parquet"
-            fetch = {"allow_networks": ["127.0.0.1/32"], "per_host_concurrency": args.workers}
-            params = {"fetch": fetch, "workers": args.workers, "store": str(Path(tmp) / "store")}
-            started, cpu = time.perf_counter(), time.process_time()
-            STAGE.main(["--input", f"results={results}", "--output", f"pages={out}", "--params", json.dumps(params)])
-            stage_s, stage_cpu = time.perf_counter() - started, time.process_time() - cpu
-            rows = pq.read_table(out).num_rows
-        assert rows == args.pages, f"{rows} of {args.pages} pages read"
-        print(f"fetch_pages  {args.pages / stage_s:8.1f} pages/s  (markdown, store, table; {stage_cpu:.2f} CPU s; {base_s / stage_s:.2f}x the baseline's rate)")
+        for processes in (1, 0):  # the default (a markdown process beside the fetching one), then all in one process
+            with tempfile.TemporaryDirectory() as tmp:
+                results = Path(tmp) / "results.parquet"
+                writer = TableWriter(results, table_schema("retrieval_search_results"), "retrieval_search_results")
+                writer.write_many([{"id": f"result:{n}", "query_id": f"q{n // 10}", "query": "q", "kind": "page", "rank": n % 10 + 1, "url": url,
+                                    "title": "", "snippet": "", "page_url": "", "width": None, "height": None, "provider": "google"}
+                                   for n, url in enumerate(urls)])
+                writer.commit()
+                out = Path(tmp) / "pages.parquet"
+                fetch = {"allow_networks": ["127.0.0.1/32"], "per_host_concurrency": args.workers}
+                params = {"fetch": fetch, "workers": args.workers, "store": str(Path(tmp) / "store"), "markdown_processes": processes}
+                started, cpu, children = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+                STAGE.main(["--input", f"results={results}", "--output", f"pages={out}", "--params", json.dumps(params)])
+                stage_s, stage_cpu = time.perf_counter() - started, time.process_time() - cpu
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                child_cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+                rows = pq.read_table(out).num_rows
+            assert rows == args.pages, f"{rows} of {args.pages} pages read"
+            where = f"markdown in {processes} process beside; {stage_cpu:.2f} + {child_cpu:.2f} CPU s" if processes else f"all in one process; {stage_cpu:.2f} CPU s"
+            print(f"fetch_pages  {args.pages / stage_s:8.1f} pages/s  ({where}; {base_s / stage_s:.2f}x the baseline's rate)")
         print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min) on {os.cpu_count()} cores")
     finally:
         server.stop()

@@ -15,7 +15,7 @@ if W.enabled("m2rag"):
     W.step("m2rag_search_web", stage="search_web", family="m2rag", shared="retrieval.search_web", inputs={"queries": _sampled},
            wiring={"id_column": "id", "text_column": "question"})
     W.step("m2rag_fetch_pages", stage="fetch_pages", family="m2rag", shared="retrieval.fetch_pages",
-           inputs={"results": W.out("m2rag_search_web", "results")})
+           inputs={"results": W.out("m2rag_search_web", "results")}, threads=2)  # fetching here, markdown in a process beside
     W.step("m2rag_split_pages", stage="split_pages", family="m2rag", shared="retrieval.split_pages",
            inputs={"pages": W.out("m2rag_fetch_pages", "pages")})
     _placeholder = {"placeholder": W.setting("split_pages", "placeholder", "retrieval.split_pages")}

@@ -7,7 +7,7 @@ if W.enabled("retrieval"):
     if _queries:  # the layer on its own queries; MAVIS and M2RAG need only its settings and index
         W.step("search_web", family="retrieval", shared="retrieval.search_web", section=None, inputs={"queries": _queries})
         W.step("fetch_pages", family="retrieval", shared="retrieval.fetch_pages", section=None,
-               inputs={"results": W.out("search_web", "results")})
+               inputs={"results": W.out("search_web", "results")}, threads=2)  # fetching here, markdown in a process beside
         W.step("split_pages", family="retrieval", shared="retrieval.split_pages", section=None,
                inputs={"pages": W.out("fetch_pages", "pages")})
     _index_shards = [{"index_shard": f"{i:05d}"} for i in range(W.setting("build_text_index", "shards", "retrieval.build_text_index"))]

@@ -107,6 +107,21 @@ def test_pages_read_as_markdown_with_charsets_and_every_reject_reason(httpserver
     assert report["rows_in"] == len(paths) and report["stats"]["image_results_skipped"] == 1
 
 
+def test_markdown_processes_change_nothing_but_where_pages_are_read(httpserver: HTTPServer, tmp_path):
+    """The default reads pages in a forked markdown process; 0 reads them in the fetching process:
+    the same rows, rejects (details included) and stored bodies."""
+    paths = serve_pages(httpserver)
+    results = tmp_path / "results.parquet"
+    results_table(results, httpserver.url_for("").rstrip("/"), paths)
+    got = {}
+    for processes in (0, 2):
+        out = tmp_path / f"pages{processes}.parquet"
+        fetch_pages(results, out, store=str(tmp_path / f"store{processes}"), markdown_processes=processes)
+        stored = sorted(p.name for p in (tmp_path / f"store{processes}").rglob("*.html"))
+        got[processes] = (pq.read_table(out).to_pylist(), pq.read_table(f"{out}.rejects.parquet").to_pylist(), stored)
+    assert got[0] == got[2] and len(got[0][0]) == 5 and len(got[0][1]) == 7
+
+
 def article_sha(pages):
     return pages["/article"]["sha256"]
 

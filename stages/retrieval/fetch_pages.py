@@ -28,8 +28,10 @@ url: one page id). Invariant: page rows in = pages + rejected.
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
 import dataclasses
 import json
+import multiprocessing
 import os
 
 from stages.core.fetch import FETCH_PARAMS, FETCH_REJECTS, FetchError, Fetcher, parse_url, stage_fetch_settings
@@ -51,31 +53,51 @@ class ReaderStopped(RuntimeError):
     pass
 
 
-def read_local(fetcher: Fetcher, store: PageStore, url: str) -> dict:
-    """The page's columns, or raises Reject."""
+def read_local(fetcher: Fetcher, url: str, read_page) -> dict:
+    """The page's columns, or raises Reject: fetched here, read by `read_page` (`page_columns`, in
+    a markdown process when the stage has them)."""
     try:
         fetched = fetcher.fetch(url)
     except FetchError as err:
         raise Reject(err.reason, err.detail) from None
-    media = fetched.content_type
-    if not fetched.body.strip():
-        raise Reject("empty_page", f"{fetched.final_url}: no content ({len(fetched.body)} bytes)")
+    columns = read_page(fetched.body, fetched.content_type, fetched.headers.get("content-type", ""), fetched.final_url, fetched.status)
+    if isinstance(columns, tuple):
+        raise Reject(*columns)
+    return columns
+
+
+def page_columns(store_root: str, body: bytes, media: str, content_type: str, final_url: str, status: int) -> dict | tuple[str, str]:
+    """A fetched page's columns, its body stored; or (reason, detail) when it is not a readable
+    HTML page. Plain values in and out: it runs in a markdown process."""
+    if not body.strip():
+        return "empty_page", f"{final_url}: no content ({len(body)} bytes)"
     if media and media not in HTML_TYPES:
-        raise Reject("not_html", f"{fetched.final_url}: Content-Type {media!r}")
+        return "not_html", f"{final_url}: Content-Type {media!r}"
     try:
-        html, charset = decode_html(fetched.body, fetched.headers.get("content-type", ""))
+        html, charset = decode_html(body, content_type)
     except Undecodable as err:
-        raise Reject("undecodable", f"{fetched.final_url}: {err}") from None
+        return "undecodable", f"{final_url}: {err}"
     broken = looks_broken(html)
     if broken:
-        raise Reject("broken_html", f"{fetched.final_url}: {broken}")
-    title, markdown = html_to_markdown(html, fetched.final_url)
+        return "broken_html", f"{final_url}: {broken}"
+    title, markdown = html_to_markdown(html, final_url)
     if not markdown:
-        raise Reject("no_content", f"{fetched.final_url}: the reader found no main text in {len(html)} characters of HTML")
+        return "no_content", f"{final_url}: the reader found no main text in {len(html)} characters of HTML"
     return {
-        "final_url": fetched.final_url, "status": fetched.status, "content_type": media or "text/html",
-        "charset": charset, "sha256": store.put(fetched.body, ".html"), "title": title, "markdown": markdown,
+        "final_url": final_url, "status": status, "content_type": media or "text/html",
+        "charset": charset, "sha256": PageStore(store_root).put(body, ".html"), "title": title, "markdown": markdown,
     }
+
+
+def markdown_processes(n: int) -> concurrent.futures.ProcessPoolExecutor | None:
+    """n processes reading pages into markdown (trafilatura: most of a page's CPU) beside this one,
+    which fetches: two cores where one would wait on the other. Forked, all of them now, before any
+    thread of the stage starts (a fork copies only the forking thread); None for n = 0."""
+    if n <= 0:
+        return None
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"))
+    pool.submit(int).result()  # a fork-context pool starts all its processes at its first task
+    return pool
 
 
 def read_jina(fetcher: Fetcher, store: PageStore, url: str, endpoint: str, key: str) -> dict:
@@ -119,11 +141,22 @@ def run(ctx) -> None:
     rows = [r for r in results if r["kind"] == "page"]
     ctx.stats["image_results_skipped"] = len(results) - len(rows)
 
+    urls = sorted({r["url"] for r in rows})
+    readers = markdown_processes(p["markdown_processes"] if p["reader"] == "local" and urls else 0)
+
+    def read_page(*fetched) -> dict | tuple[str, str]:
+        if readers is None:
+            return page_columns(p["store"], *fetched)
+        try:
+            return readers.submit(page_columns, p["store"], *fetched).result()
+        except concurrent.futures.process.BrokenProcessPool as err:
+            raise StageError(f"a markdown process ended without its answer (killed, out of memory?): {err}") from None
+
     def read(url: str) -> dict | Reject:
         try:
             if p["reader"] == "jina":
                 return read_jina(fetcher, store, url, p["reader_endpoint"], key)
-            return read_local(fetcher, store, url)
+            return read_local(fetcher, url, read_page)
         except Reject as rejected:
             return rejected
 
@@ -131,12 +164,15 @@ def run(ctx) -> None:
         fetcher = Fetcher(settings, record_to=p["record_warc"] or None)
     except ValueError as err:
         raise StageError(f"fetch: {err}") from None
-    urls = sorted({r["url"] for r in rows})
-    with fetcher, concurrent.futures.ThreadPoolExecutor(max_workers=p["workers"]) as pool:
-        try:
-            read_by_url = dict(zip(urls, pool.map(read, urls)))
-        except ReaderStopped as err:
-            raise StageError(str(err)) from None
+    try:
+        with fetcher, concurrent.futures.ThreadPoolExecutor(max_workers=p["workers"]) as pool:
+            try:
+                read_by_url = dict(zip(urls, pool.map(read, urls)))
+            except ReaderStopped as err:
+                raise StageError(str(err)) from None
+    finally:
+        if readers is not None:
+            readers.shutdown(cancel_futures=True)
     for key_, value in fetcher.stats.items():
         ctx.stats[f"fetch_{key_}"] = value
 
@@ -173,6 +209,8 @@ STAGE = Stage(
         "store": Param(str, "data/cache/pages", "raw page bodies by sha256, shared across runs"),
         "max_bytes": Param(int, 5_000_000, "largest page accepted (also capped by fetch.max_bytes)", min=1),
         "workers": Param(int, 8, "concurrent fetches (per-host limits still apply)", min=1),
+        "markdown_processes": Param(int, 1, "processes reading the fetched pages into markdown beside the fetching one "
+                                            "(0: read in it); the rule reserves a core for each", min=0),
         **FETCH_PARAMS,
     },
     run=run,
