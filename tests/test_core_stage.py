@@ -344,6 +344,41 @@ def test_rows_that_break_the_contract_are_rejected_before_the_stage_sees_them(tm
     assert report["rejected_by_reason"] == {"bad_value": 6, "duplicate_id": 1, "null_column": 3}
 
 
+def test_a_table_whose_shards_may_share_a_row_reads_a_whole_row_repeat_once(tmp_path, schema_dir):
+    """`repeats: same_row` (MAVIS documents: one passage retrieved in two shards): a row equal in
+    every column to an earlier one is read once and counted; a repeated key with another value is
+    still a duplicate_id, named at its place in the files as written."""
+    import pyarrow as pa
+
+    (schema_dir / "docs.yaml").write_text("table: docs\nkey: id\nrepeats: same_row\ncolumns:\n  id: string\n  text: string\n  url: string\nnullable: [url]\n")
+    tables.table_schema.cache_clear()
+    shards = [[{"id": "a", "text": "x", "url": None}, {"id": "b", "text": "y", "url": "u"}],
+              [{"id": "a", "text": "x", "url": None}, {"id": "c", "text": "z", "url": None}, {"id": "b", "text": "other", "url": "u"}]]
+    paths = []
+    for k, rows in enumerate(shards):
+        paths.append(tmp_path / f"docs{k}.parquet")
+        pq.write_table(pa.Table.from_pylist(rows, schema=table_schema("docs")), paths[-1])
+    seen: list = []
+
+    def run(ctx):
+        for row in ctx.read("rows").to_pylist():
+            with ctx.item(row["id"]):
+                seen.append((row["id"], row["text"]))
+                ctx.write("out", [row])
+
+    out = tmp_path / "o" / "out.parquet"
+    Stage("reader", "1", None, {"rows": Input("docs", many=True, table="docs")}, {"out": Output("docs", "kept")}, {}, run=run).main(
+        [*(f"--input=rows={p}" for p in paths), f"--output=out={out}"])
+    assert seen == [("a", "x"), ("b", "y"), ("c", "z")]
+    rejects = [(r["id"], r["reason"], r["detail"]) for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()]
+    assert rejects == [("b", "duplicate_id", "key 'b' repeats row 1 (input 'rows', docs1.parquet row 2)")]
+    report = json.loads(Path(f"{out}.report.json").read_text())
+    assert report["stats"]["rows_repeated_rows"] == 1 and (report["rows_in"], report["rejected"]) == (4, 1)
+    (schema_dir / "nested.yaml").write_text("table: nested\nrepeats: same_row\ncolumns:\n  id: string\n  tags: list<string>\n")
+    with pytest.raises(tables.SchemaError, match="repeats: same_row needs flat columns"):
+        table_schema("nested")
+
+
 def test_a_castable_column_type_is_cast_and_a_value_that_does_not_convert_fails_naming_it(tmp_path, scored_dir):
     import pyarrow as pa
 

@@ -68,7 +68,7 @@ import yaml
 from .declarations import declared_meaning
 from .errors import StageError
 from .layout import PLAIN_NAME, LayoutError, stage_module
-from .tables import (CONTRACT_REJECTS, REJECTS_CONTRACT, REJECTS_SCHEMA, SchemaError, TableWriter, check_columns, commit_together, contract_problems,
+from .tables import (CONTRACT_REJECTS, REJECTS_CONTRACT, REJECTS_SCHEMA, SchemaError, TableWriter, check_columns, commit_together, contract_problems, first_of_repeats,
                      read_tables, row_key, stage_bytes, sweep_stale_temps, table_contract, table_schema)
 
 log = logging.getLogger("citeforge")
@@ -415,14 +415,21 @@ class Context:
         if not spec.table:  # the caller's table: its columns are the stage's to check
             return table
         contract = table_contract(spec.table)
+        read_rows = None  # each row's number in the files as read, when whole-row repeats were dropped
+        if contract.same_row_repeats and table.num_rows:
+            read_rows = first_of_repeats(table)
+            if len(read_rows) < table.num_rows:
+                self.stats[f"{name}_repeated_rows"] = table.num_rows - len(read_rows)
+                table = table.take(pa.array(read_rows))
         problems = contract_problems(table, contract)
         if not problems:
             return table
         ends = np.cumsum([pq.ParquetFile(path).metadata.num_rows for path in paths])  # where each file's rows end
         ids, reasons, details = [], [], []
         for row, reason, detail in problems:
-            at = int(np.searchsorted(ends, row, side="right"))
-            where = f"{Path(paths[at]).name} row {row - (ends[at - 1] if at else 0)}"
+            in_files = int(read_rows[row]) if read_rows is not None else row
+            at = int(np.searchsorted(ends, in_files, side="right"))
+            where = f"{Path(paths[at]).name} row {in_files - (ends[at - 1] if at else 0)}"
             ids.append(row_key(table, contract, row) or where)
             reasons.append(reason)
             details.append(f"{detail} (input {name!r}, {where})")

@@ -26,6 +26,13 @@ The file also states the table's contract beyond types (all optional):
 values, range and pattern may name a field of a struct (or list of structs) column:
 `documents.modality: [text, image]`.
 
+    repeats: same_row               # a row repeated whole is one row (the shards of a table may
+                                    # each hold it: a document two shards retrieved)
+
+With `repeats: same_row`, reading keeps the first of rows equal in every column and counts the
+others (`repeated_rows`), before the contract is checked: a repeated key with other values is
+still a duplicate_id. Its columns must be flat (no list, struct or map).
+
 "Not null" covers a list's items too (a list column that may not be null holds no null item).
 Writing checks the data against the schema and the contract, and a mismatch fails with the table
 and column named (a stage that writes a row its own contract forbids is a bug). Reading through
@@ -130,6 +137,7 @@ class Contract:
     values: dict[str, frozenset] = field(default_factory=dict)
     ranges: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     patterns: dict[str, str] = field(default_factory=dict)
+    same_row_repeats: bool = False  # `repeats: same_row`: a row repeated whole is read once
 
 
 @lru_cache(maxsize=None)
@@ -150,7 +158,13 @@ def _load(table: str) -> tuple[pa.Schema, Contract]:
     contract = Contract(table, tuple(schema.names), key, frozenset(spec.get("nullable") or ()),
                         {c: frozenset(v) for c, v in (spec.get("values") or {}).items()},
                         {c: (lo, hi) for c, (lo, hi) in (spec.get("range") or {}).items()},
-                        {c: str(rx) for c, rx in (spec.get("pattern") or {}).items()})
+                        {c: str(rx) for c, rx in (spec.get("pattern") or {}).items()},
+                        spec.get("repeats") == "same_row")
+    if spec.get("repeats") not in (None, "same_row"):
+        raise SchemaError(f"{path}: repeats must be same_row, got {spec.get('repeats')!r}")
+    nested_columns = [f.name for f in schema if pa.types.is_nested(f.type)]
+    if contract.same_row_repeats and nested_columns:
+        raise SchemaError(f"{path}: repeats: same_row needs flat columns; {nested_columns} are not")
     for what, columns in (("key", contract.key), ("nullable", contract.nullable), ("values", contract.values),
                           ("range", contract.ranges), ("pattern", contract.patterns)):
         nested = what in ("values", "range", "pattern")  # these may name a struct's field: "documents.modality"
@@ -221,6 +235,14 @@ def _checked_items(table: pa.Table, name: str) -> tuple[pa.Array | pa.ChunkedArr
 def _show(value) -> str:
     text = repr(value)
     return text if len(text) <= 200 else text[:200] + "..."
+
+
+def first_of_repeats(table: pa.Table) -> np.ndarray:
+    """The rows, in order, that are the first of the rows equal to them in every column (nulls equal
+    nulls): the table without its whole-row repeats."""
+    rows = table.append_column("__row", pa.array(np.arange(table.num_rows)))
+    firsts = rows.group_by(table.column_names, use_threads=False).aggregate([("__row", "min")]).column("__row_min")
+    return np.sort(firsts.to_numpy())
 
 
 def contract_problems(table: pa.Table, contract: Contract) -> list[tuple[int, str, str]]:
