@@ -67,6 +67,7 @@ def _config(workdir, release, url):
         "mavis_generate_queries": {"splits": ["test"], "n_queries": 1, "limit": 2},  # the demo's [train] would merge in
         "mavis_retrieve": {"settings": ["text"], "top_k": 2},
         "mavis_generate_answers": {"methods": METHODS},
+        "mavis_score": {"mauve_featurizer": "sentence-encoder"},  # the default is the seed's gpt2-large folder
         "judge": {"name": "rule-judge", "llm": llm("judge")},
         "models": [{"name": name, "llm": llm(name)} for name in MODELS],
     }
