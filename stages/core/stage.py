@@ -417,8 +417,8 @@ class Context:
         contract = table_contract(spec.table)
         read_rows = None  # each row's number in the files as read, when whole-row repeats were dropped
         if contract.same_row_repeats and table.num_rows:
-            read_rows = first_of_repeats(table)
-            if len(read_rows) < table.num_rows:
+            read_rows = first_of_repeats(table, contract.key)
+            if read_rows is not None and len(read_rows) < table.num_rows:
                 self.stats[f"{name}_repeated_rows"] = table.num_rows - len(read_rows)
                 table = table.take(pa.array(read_rows))
         problems = contract_problems(table, contract)

@@ -237,9 +237,12 @@ def _show(value) -> str:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
-def first_of_repeats(table: pa.Table) -> np.ndarray:
+def first_of_repeats(table: pa.Table, key: tuple[str, ...]) -> np.ndarray | None:
     """The rows, in order, that are the first of the rows equal to them in every column (nulls equal
-    nulls): the table without its whole-row repeats."""
+    nulls): the table without its whole-row repeats; None when no key repeats (one hash pass over
+    the key, not over every column, in the common case)."""
+    if key and _distinct(table.select(list(key))) == table.num_rows:
+        return None
     rows = table.append_column("__row", pa.array(np.arange(table.num_rows)))
     firsts = rows.group_by(table.column_names, use_threads=False).aggregate([("__row", "min")]).column("__row_min")
     return np.sort(firsts.to_numpy())
