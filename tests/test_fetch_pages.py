@@ -172,3 +172,15 @@ def test_jina_reader_mode_goes_through_the_fetch_layer_and_stops_on_quota(httpse
     httpserver.expect_request(re.compile("^/https:/+.*")).respond_with_response(Response('{"code":402,"message":"balance"}', status=402))
     failed = fetch_pages(results, tmp_path / "p2.parquet", check=False, reader="jina", reader_endpoint=httpserver.url_for("/"), reader_key_env="CITEFORGE_TEST_JINA_KEY")
     assert failed.returncode != 0 and "Jina Reader" in failed.stderr and "http_402" in failed.stderr
+
+
+def test_control_characters_past_one_in_twenty_mean_binary_data():
+    """looks_broken counts the C0 controls other than tab, newline, carriage return and form feed
+    in the first 4 KB: more than 5% of it is binary data served as HTML."""
+    from stages.core.pages import looks_broken
+
+    page = "<p>" + "a" * 97  # 100 characters
+    assert looks_broken(page + "\x01" * 5) is None  # 5 of 105: under 5%
+    assert looks_broken(page + "\x01\x02\x1b\x7f\x0b\x1f\x03") == "6 control characters in the first 107 characters"  # DEL is not one
+    assert looks_broken(page + "\t\n\r\f" * 10) is None
+    assert looks_broken("x" * 4096 + "\x01" * 500).startswith("no markup")  # only the first 4 KB is looked at

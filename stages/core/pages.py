@@ -33,6 +33,7 @@ _HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re
 _BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 _WINDOWS_1252 = {"latin_1", "iso8859-1", "ascii", "cp1252"}
 _IMAGE = re.compile(r"!\[[^\]]*\]\([^)]+\)")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f]")  # below 32, less tab, newline, carriage return and form feed
 
 
 class Undecodable(ValueError):
@@ -76,7 +77,7 @@ def looks_broken(text: str) -> str | None:
     head = text[:4096]
     if "\x00" in head:
         return "NUL characters in the first 4 KB (binary data)"
-    controls = sum(1 for ch in head if ord(ch) < 32 and ch not in "\t\n\r\f")
+    controls = len(_CONTROL.findall(head))
     if head and controls / len(head) > 0.05:
         return f"{controls} control characters in the first {len(head)} characters"
     if "<" not in head:
