@@ -95,3 +95,20 @@ def test_numbered_documents_methods_and_rejects(tmp_path, httpserver: HTTPServer
     assert EXTRACTED["nitrogen deficiency"] in ke_prompt and "Tomato plants with nitrogen deficiency" not in ke_prompt
     bird_prompt = next(t for t in seen if "<thinking>" in t and "bird" in t)
     assert "(image, described in words) A red bird with a crest" in bird_prompt and "cannot see" in bird_prompt
+
+
+def test_a_document_the_release_does_not_hold_stops_the_stage_naming_it(tmp_path):
+    """Retrieved rows from another release: the stage stops before any model call, naming the
+    input, the document and its instance (no traceback)."""
+    manifest = build_release(tmp_path / "rel" / "v1")
+    retrieved = tmp_path / "retrieved.parquet"
+    write_table(retrieved, [{"id": "mr:1", "model": "cand", "instance_id": TOMATO, "setting": "text", "query_index": 0, "query": "q",
+                             "rank": 1, "doc_id": "d:elsewhere", "modality": "text", "score": 1.0, "retriever": "minilm"}], "mavis_eval_retrieved")
+    llm = {"backend": "openai", "model": "rule", "cache": {"path": str(tmp_path / "llm.sqlite")}, "image_store": str(tmp_path / "store"),
+           "openai": {"base_url": "http://127.0.0.1:9/v1"}}
+    out = tmp_path / "responses.parquet"
+    done = run_stage("mavis_generate_answers", f"--input=retrieved={retrieved}", f"--input=release={manifest}", f"--output=responses={out}",
+                     "--params", json.dumps({"model": "cand", "llm": llm, "vision": False, "methods": ["vanilla"]}), check=False)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert f"retrieved: document d:elsewhere (instance {TOMATO}) is not in the release" in done.stderr
+    assert not out.exists()

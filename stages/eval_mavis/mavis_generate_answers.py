@@ -50,7 +50,9 @@ def numbered_documents(rows: list[dict], docs: dict[str, dict]) -> list[dict]:
         if row["doc_id"] in seen:
             continue
         seen.add(row["doc_id"])
-        doc = docs[row["doc_id"]]
+        doc = docs.get(row["doc_id"])
+        if doc is None:  # retrieved from another release: nothing here to show the model
+            raise StageError(f"retrieved: document {row['doc_id']} (instance {row['instance_id']}) is not in the release")
         out.append({"number": len(out) + 1, "doc_id": doc["doc_id"], "modality": doc["modality"], "text": doc["text"] or "",
                     "image_sha256": doc.get("image_sha256"), "extraction": None})
     return out
