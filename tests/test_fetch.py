@@ -106,6 +106,19 @@ def test_429_with_retry_after_then_success(httpserver: HTTPServer):
     assert fetcher.stats["retries"] == 1 and fetcher.stats["requests"] == 2
 
 
+def test_a_retry_after_that_is_no_number_of_seconds_nor_a_date_falls_back_to_the_backoff(httpserver: HTTPServer):
+    """A Retry-After is the server's word, untrusted: "²" passes str.isdigit but is no number."""
+    for value in ("\u00b2", "soon", "-5", "1.5"):
+        httpserver.clear()
+        httpserver.expect_ordered_request("/busy").respond_with_response(Response(status=503, headers={"Retry-After": value}))
+        httpserver.expect_ordered_request("/busy").respond_with_data(b"ok")
+        with Fetcher(settings()) as fetcher:
+            started = time.monotonic()
+            assert fetcher.fetch(httpserver.url_for("/busy")).body == b"ok", value
+            assert time.monotonic() - started < 0.9, value  # the short backoff, not a wait read from the header
+            assert fetcher.stats["retries"] == 1
+
+
 def test_persistent_5xx_and_404_reasons(httpserver: HTTPServer):
     httpserver.expect_request("/down").respond_with_data(b"no", status=503)
     httpserver.expect_request("/gone").respond_with_data(b"no", status=404)

@@ -83,7 +83,7 @@ class RetryPolicy:
 
 def parse_retry_after(value: str) -> float | None:
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # str.isdigit also takes "²" and other digits float() refuses
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
