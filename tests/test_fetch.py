@@ -115,7 +115,7 @@ def test_a_retry_after_that_is_no_number_of_seconds_nor_a_date_falls_back_to_the
         with Fetcher(settings()) as fetcher:
             started = time.monotonic()
             assert fetcher.fetch(httpserver.url_for("/busy")).body == b"ok", value
-            assert time.monotonic() - started < 0.9, value  # the short backoff, not a wait read from the header
+            assert time.monotonic() - started < 1.4, value  # the 0.05 s backoff, not a wait read from the header (1.5 s or more)
             assert fetcher.stats["retries"] == 1
 
 
