@@ -94,13 +94,15 @@ def test_system_output_format_is_split(tmp_path):
     given = tmp_path / "system.json"
     given.write_text(json.dumps([{"id": "s1", "query": "q?", "passages": [{"text": "a"}, {"text": "b"}],
                                   "pred": "The first claim is supported here [1]. [2] The second claim is here too."},
-                                 {"id": "s2", "query": "q?", "passages": "not a list", "pred": "x"}]))
+                                 {"id": "s2", "query": "q?", "passages": "not a list", "pred": "x"},
+                                 {"id": "s3", "query": "q?", "passages": [{"id": "\u00b2", "text": "a"}], "pred": "x"}]))  # "²": isdigit, not int
     responses, statements, export, out = prepare(tmp_path, "--input", f"citeeval_json={given}", params='{"model": "sys-a"}')
     assert statements["s1"] == [("The first claim is supported here.", [1, 2], []), ("The second claim is here too.", [], [])]
     assert responses[0]["model"] == "sys-a" and [p["id"] for p in responses[0]["passages"]] == [1, 2]
     assert export[0]["passages"][1] == {"id": "2", "title": "", "text": "b"}
     rejects = pq.read_table(f"{out['responses']}.rejects.parquet").to_pylist()
-    assert [(r["id"], r["reason"]) for r in rejects] == [("s2", "bad_record")]
+    assert [(r["id"], r["reason"]) for r in rejects] == [("s2", "bad_record"), ("s3", "bad_record")]
+    assert "has id '\u00b2', not a number" in rejects[1]["detail"]
 
 
 def test_limit_rates_the_first_responses(tmp_path):

@@ -162,6 +162,29 @@ def test_connection_reset_is_retried():
     assert got.body == b"ok" and fetcher.stats["retries"] == 1
 
 
+def test_a_content_length_that_is_no_number_leaves_the_cap_to_the_streamed_bytes():
+    """A raw server whose Content-Length is "\u00b2" (str.isdigit says yes, int() says no): the body is
+    read to the connection's close under the byte cap, as when no length is given."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        port = server.getsockname()[1]
+
+        def serve():
+            for body in (b"short", b"z" * 5000):
+                conn, _ = server.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: \u00b2\r\nConnection: close\r\n\r\n".encode("latin-1") + body)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        with Fetcher(settings(max_bytes=4000, attempts=1)) as fetcher:
+            assert fetcher.fetch(f"http://127.0.0.1:{port}/a").body == b"short"
+            assert fail_reason(fetcher, f"http://127.0.0.1:{port}/b") == "too_large"
+        thread.join(5)
+
+
 def test_size_cap_and_content_type(httpserver: HTTPServer):
     httpserver.expect_request("/big").respond_with_data(b"x" * 5000, content_type="image/png")
 

@@ -80,6 +80,8 @@ def test_reference_statements_and_citations_as_the_public_scripts_read_them():
     assert reference_citations("[12]", 12) == ([12], [], [12])
     # aggregate.py counts used documents digit by digit: "[12]" is documents 1 and 2; "[2]" after "[1]" is lost
     assert reference_used("A is b [12]. C is d [1][2].", 3) == {1, 2} and reference_used("A is b [3][2].", 3) == {3}
+    # "①" and "¹" are digits to str.isdigit, not to int() (nor in aggregate.py's table, as "²" is): no document
+    assert reference_used("A is b [\u24601].", 3) == {1} and reference_used("A is b [\u00b9].", 3) == set()
     # the answer the scripts read: after the last </thinking>, then after the last "answer is:"; a failed call is "Error"
     assert reference_answer("<thinking>x [1]</thinking> So the answer is: Red [1].", None) == "Red [1]."
     assert reference_answer("<thinking>never closed [1]", None) == "<thinking>never closed [1]"

@@ -89,3 +89,16 @@ def write_sheet(path, rows):
         writer.writeheader()
         writer.writerows(rows)
     return path
+
+
+def test_a_label_written_in_a_digit_int_cannot_read_is_a_bad_label(tmp_path, evaluation):
+    """"²" passes str.isdigit but int() refuses it: a bad_label reject naming it, not a crash."""
+    inputs, human = evaluation
+    out = run(tmp_path, inputs)
+    with open(out / "label_sheet.csv", newline="", encoding="utf-8") as fh:
+        sheet = list(csv.DictReader(fh))
+    for row in sheet:
+        row["human_score"] = "\u00b2" if row["judgement_id"].endswith(":[9]") else str(human[row["judgement_id"]])
+    out = run(tmp_path, inputs, "--input", f"labels={write_sheet(tmp_path / 'labelled.csv', sheet)}")
+    rejects = pq.read_table(out / "labels.parquet.rejects.parquet").to_pylist()
+    assert [r["reason"] for r in rejects] == ["bad_label"] and rejects[0]["detail"].endswith("got '\u00b2'")

@@ -168,7 +168,7 @@ def from_citeeval_sample(sample: dict, model: str) -> tuple[dict, list[dict] | N
     for n, passage in enumerate(sample["passages"], start=1):
         if not isinstance(passage, dict) or not isinstance(passage.get("text"), str):
             raise Reject("bad_record", f"passage {n} has no text")
-        if not str(passage.get("id", n)).isdigit():
+        if not str(passage.get("id", n)).isdecimal():  # what int() reads ("²" passes isdigit, not int)
             raise Reject("bad_record", f"passage {n} has id {passage['id']!r}, not a number")
         passages.append({"id": int(passage.get("id", n)), "title": passage.get("title") or "", "text": passage["text"], "mode": "text"})
     row = {"response_id": str(sample.get("sample_idx", sample.get("id"))), "model": sample.get("model") or model,

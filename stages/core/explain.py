@@ -79,7 +79,7 @@ def _at(node: Any, path: str) -> Any:
     parts = path.split(".")
     i = 0
     while i < len(parts):
-        if isinstance(node, list) and parts[i].isdigit() and int(parts[i]) < len(node):
+        if isinstance(node, list) and parts[i].isdecimal() and int(parts[i]) < len(node):
             node, i = node[int(parts[i])], i + 1
             continue
         if not isinstance(node, dict):

@@ -157,7 +157,7 @@ def _expand(first: str, last: str | None) -> list[str]:
     """A range "2-4" of plain integers becomes 2, 3, 4; anything else stays as its two ends."""
     if last is None:
         return [first]
-    if first.isdigit() and last.isdigit() and 0 < int(last) - int(first) <= 20:
+    if first.isdecimal() and last.isdecimal() and 0 < int(last) - int(first) <= 20:
         return [str(n) for n in range(int(first), int(last) + 1)]
     return [first, last]
 

@@ -38,7 +38,7 @@ def read_body(response: requests.Response, deadline_s: float, max_bytes: int = 0
     `max_bytes` (0: no cap). Raises requests.ReadTimeout past the deadline, requests.ConnectionError
     for a body cut short (both retried by `with_retries`), BodyTooLarge past the cap."""
     declared = response.headers.get("Content-Length", "")
-    if max_bytes and declared.isdigit() and int(declared) > max_bytes:
+    if max_bytes and declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
         response.close()
         raise BodyTooLarge(f"Content-Length {declared} > {max_bytes} bytes")
     ends = time.monotonic() + deadline_s

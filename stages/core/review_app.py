@@ -78,7 +78,7 @@ class _TableHTML(html.parser.HTMLParser):
         elif tag == "br":
             self.out.append("<br>")
         elif tag in self.KEEP and not self.skipping:
-            spans = "".join(f' {k}="{int(v)}"' for k, v in attrs if k in ("rowspan", "colspan") and (v or "").isdigit() and 0 < int(v) < 1000)
+            spans = "".join(f' {k}="{int(v)}"' for k, v in attrs if k in ("rowspan", "colspan") and (v or "").isdecimal() and 0 < int(v) < 1000)
             self.out.append(f"<{tag}{spans}>")
             self.open.append(tag)
 

@@ -183,7 +183,7 @@ def reference_used(answer: str, n_documents: int) -> set[int]:
     digit (subscripts read as digits) inside the `aggregate` statements' brackets, 1..n ("[12]" is
     documents 1 and 2)."""
     return {int(ch) for _, refs in reference_statements(answer, "aggregate") for ch in refs.translate(_SUBSCRIPTS)
-            if ch.isdigit() and 0 < int(ch) <= n_documents}
+            if ch.isdecimal() and 0 < int(ch) <= n_documents}  # "²" is a digit int() refuses: not a document
 
 
 def mauve_text(question: str, text: str) -> str:

@@ -79,7 +79,7 @@ def run(ctx):
                 j = judgements.get(row["judgement_id"])
                 if j is None:
                     raise Reject("no_judgement", f"line {row['line']}: no judgement {row['judgement_id']} in this evaluation")
-                if not row["human_score"].isdigit() or int(row["human_score"]) not in SCALE[j["kind"]]:
+                if not row["human_score"].isdecimal() or int(row["human_score"]) not in SCALE[j["kind"]]:
                     raise Reject("bad_label", f"line {row['line']}: {j['kind']} takes {sorted(SCALE[j['kind']])}, got {row['human_score']!r}")
                 response = responses.get(j["response_id"])
                 pair = {"judgement_id": j["id"], "judge": j["judge"], "model": j["model"],
