@@ -277,6 +277,14 @@ def test_missing_credential_is_one_clear_line(tmp_path, server, monkeypatch):
     assert not server.hits  # nothing was sent
 
 
+def test_a_window_end_the_calendar_lacks_is_one_clear_line(tmp_path, server, creds):
+    """2023-02-30 matches the param's ISO pattern but is no date: one line naming the param, nothing sent."""
+    result = _live(tmp_path / "out", _params(server.url, end="2023-02-30"), check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "harvest_reddit_live: error: param end (2023-02-30) is not a date: day is out of range for month"
+    assert not server.hits
+
+
 def test_record_then_replay_with_the_server_stopped(tmp_path, server, creds, monkeypatch, workflow_copy):
     warc = tmp_path / "reddit.warc.gz"
     server.broken = {"/comments/del"}

@@ -267,8 +267,12 @@ def api_errors() -> tuple[type[BaseException], ...]:
     return prawcore.exceptions.PrawcoreException, praw.exceptions.PRAWException
 
 
-def _epoch(value: str) -> int:
-    moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+def _epoch(name: str, value: str) -> int:
+    """Seconds since the epoch of an ISO 8601 param (its pattern is checked already; the calendar is not)."""
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as err:  # 2023-02-30, hour 25
+        raise StageError(f"param {name} ({value}) is not a date: {err}") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return int(moment.timestamp())
@@ -282,7 +286,7 @@ class _Harvest:
         self.subreddit_domain = {sub.lower(): domain for domain, subs in p["domains"].items() for sub in subs}
         self.extensions = tuple(e.lower() for e in p["image_extensions"])
         self.shards = len(ctx.output_paths("posts"))
-        self.start, self.end = _epoch(p["start"]), _epoch(p["end"])
+        self.start, self.end = _epoch("start", p["start"]), _epoch("end", p["end"])
         if self.end <= self.start:
             raise StageError(f"param end ({p['end']}) must be after start ({p['start']})")
         self.seen_posts: set[str] = set()
