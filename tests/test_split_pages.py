@@ -92,3 +92,13 @@ def test_placeholders_links_chunks_and_stable_ids(tmp_path):
     smaller = split(pages, tmp_path / "small.parquet", chunk_size=300, chunk_overlap=50)
     assert all(len(r["text"]) <= 300 for r in smaller if r["kind"] == "text")
     assert not {r["element_id"] for r in smaller} & {r["element_id"] for r in rows}  # other settings, other ids
+
+
+def test_a_placeholder_with_other_braces_keeps_them_as_text(tmp_path):
+    """Only `{n}` is replaced: "{img:{n}}" is neither a format error nor a lost image."""
+    pages = tmp_path / "pages.parquet"
+    write_pages(pages, [page_row("page:a", PAGE)])
+    rows = split(pages, tmp_path / "elements.parquet", placeholder="{img:{n}}")
+    text = "\n".join(r["text"] for r in rows if r["kind"] == "text")
+    assert re.findall(r"\{img:(\d+)\}", text) == ["1", "2", "3"]
+    assert [r["placeholder"] for r in rows if r["kind"] == "image"] == [1, 2, 3]

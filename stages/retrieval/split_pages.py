@@ -54,7 +54,7 @@ def replace_images(markdown: str, base_url: str, placeholder: str, dropped: list
             return ""
         n = len(images) + 1
         images.append((n, url, match[1].strip()))
-        return placeholder.format(n=n)
+        return placeholder.replace("{n}", str(n))  # other braces are literal, as the marker regex reads them
 
     return _IMAGE.sub(swap, markdown), images
 
