@@ -138,6 +138,12 @@ class PageStore:
         return sha
 
 
+def image_placeholder(template: str, n: int) -> str:
+    """Image n's placeholder in a page's text (split_pages writes it, the M2RAG image stages look it
+    up): `{n}` replaced as text, any other brace in the template literal."""
+    return template.replace("{n}", str(n))
+
+
 def surrounding_text(chunk: str, placeholder: str, width: int) -> str:
     """Up to `width` characters either side of an image's placeholder in its text chunk, whitespace
     squeezed: the page context an image is scored or captioned with (M2RAG §4.3, §5.2)."""

@@ -17,7 +17,7 @@ Rejects: null_column (an image element without a placeholder number; a bad url i
 """
 from __future__ import annotations
 
-from stages.core.pages import surrounding_text
+from stages.core.pages import image_placeholder, surrounding_text
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "1"
@@ -36,7 +36,7 @@ def run(ctx) -> None:
         with ctx.item(el["element_id"]):
             if el["placeholder"] is None:  # the table allows it for text elements only
                 raise Reject("null_column", "column 'placeholder' is null for an image element")
-            context = surrounding_text(chunk.get(el["page_id"], ""), p["placeholder"].format(n=el["placeholder"]), p["context_chars"])
+            context = surrounding_text(chunk.get(el["page_id"], ""), image_placeholder(p["placeholder"], el["placeholder"]), p["context_chars"])
             writer.write({"id": el["element_id"], "owner_id": el["page_id"], "query_id": el["query_id"], "source": "page",
                           "position": el["placeholder"], "url": el["image_url"], "alt": el["text"], "context": context})
             ctx.stats["page_images"] += 1

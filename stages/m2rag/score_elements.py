@@ -38,7 +38,7 @@ image is not in it). Invariant: elements of the scored kinds (+ auxiliary images
 from __future__ import annotations
 
 from stages.core.llm import LLMClient, LLMRequest, sees_images
-from stages.core.pages import surrounding_text
+from stages.core.pages import image_placeholder, surrounding_text
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "2"
@@ -80,7 +80,7 @@ def run(ctx) -> None:
             if question is None:
                 raise Reject("unknown_query", f"element of query {el['query_id']!r}, which is not in the queries input")
             if el["kind"] == "text":
-                example = p["placeholder"].format(n=1)
+                example = image_placeholder(p["placeholder"], 1)
                 request = LLMRequest(el["element_id"], TEXT_PROMPT, {"query": question, "piece": el["text"], "placeholder_example": example})
                 text_jobs.append((el, "", "text", request))
                 continue
@@ -89,7 +89,7 @@ def run(ctx) -> None:
                 raise Reject("image_not_kept", f"{el['image_url']} of page {el['page_id']}: not among the kept images "
                                                "(dropped by cache_images, filter_images or phash_dedup)")
             sha = image["sha256"] if image else ""
-            context = surrounding_text(chunk.get(el["page_id"], ""), p["placeholder"].format(n=el["placeholder"]), p["context_chars"])
+            context = surrounding_text(chunk.get(el["page_id"], ""), image_placeholder(p["placeholder"], el["placeholder"]), p["context_chars"])
             image_jobs.append((el, sha, *image_request(el["element_id"], question, vision, sha, el["text"], context)))
     # auxiliary images (image search): owned by their query, not by a page
     for image in sorted((r for r in kept.values() if r["owner_id"] == r["query_id"]), key=lambda r: (r["query_id"], r["url"])):

@@ -28,6 +28,7 @@ import re
 from urllib.parse import urljoin, urlsplit
 
 from stages.core.ids import content_id
+from stages.core.pages import image_placeholder
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "1"
@@ -54,7 +55,7 @@ def replace_images(markdown: str, base_url: str, placeholder: str, dropped: list
             return ""
         n = len(images) + 1
         images.append((n, url, match[1].strip()))
-        return placeholder.replace("{n}", str(n))  # other braces are literal, as the marker regex reads them
+        return image_placeholder(placeholder, n)
 
     return _IMAGE.sub(swap, markdown), images
 
