@@ -179,3 +179,14 @@ def test_finish_reason_says_when_max_tokens_cut_the_answer_and_is_cached(tmp_pat
     with make_client(tmp_path, prompts) as client:
         (whole,) = client.run([LLMRequest("b", "word", {"topic": "bread"})])
     assert whole.finish_reason == "stop"
+
+
+def test_an_answer_nested_deeper_than_python_reads_is_a_failed_answer():
+    """A model (or a proxy) answering "[[[[...]]]]": a non_json answer with its raw text kept, not a
+    RecursionError out of the client."""
+    from stages.core.llm.calls import Result
+    from stages.core.llm.client import judge
+
+    schema = {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}
+    assert judge("json", schema, Result("[" * 100_000 + "]" * 100_000)) == (None, "non_json: nested deeper than Python reads")
+    assert judge("json", schema, Result('{"word": "rain"}')) == ({"word": "rain"}, None)

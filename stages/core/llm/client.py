@@ -81,7 +81,12 @@ def judge(kind: str, schema: dict | None, result: Result) -> tuple[Any, str | No
             value = json.loads(raw)
         except json.JSONDecodeError as err:
             return None, f"non_json: {err.msg} at char {err.pos}"
-        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(value))
+        except RecursionError:  # "[[[[..." from a model or a proxy: an answer, not a crash
+            return None, "non_json: nested deeper than Python reads"
+        try:
+            error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(value))
+        except RecursionError:
+            return None, "schema: nested deeper than the schema check reads"
         if error is not None:
             where = "/".join(map(str, error.absolute_path))
             return None, f"schema: {error.message}" + (f" (at {where})" if where else "")
