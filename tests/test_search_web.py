@@ -231,3 +231,24 @@ def test_transient_errors_are_retried_by_the_fetch_layer(httpserver: HTTPServer,
     search(tmp_path, write_queries(tmp_path / "q.jsonl", QUERIES[:1]), out, params(httpserver.url_for("/customsearch/v1"), tmp_path, page_top_k=5))
     assert pq.read_table(out).num_rows == 5 and calls["n"] == 2
     assert json.loads(open(f"{out}.report.json").read())["stats"]["fetch_retries"] == 1
+
+
+def test_an_answer_nested_deeper_than_python_reads_is_read_as_unreadable(httpserver: HTTPServer, tmp_path, monkeypatch):
+    """A provider (or a proxy before it) answering "[[[[...]]]]": as a result page it is a bad_response
+    that stops the job in one line naming the provider, as any unreadable page does; as a 400's error
+    body it says nothing, and each query is an http_400 reject. Never a RecursionError traceback."""
+    monkeypatch.setenv("CITEFORGE_TEST_GOOGLE_KEY", "k")
+    deep = "[" * 100_000 + "]" * 100_000
+    for status in (200, 400):
+        httpserver.clear()
+        httpserver.expect_request("/customsearch/v1").respond_with_response(Response(deep, status=status, content_type="application/json"))
+        out = tmp_path / f"results{status}.parquet"
+        result = search(tmp_path, write_queries(tmp_path / "q.jsonl"), out, params(httpserver.url_for("/customsearch/v1"), tmp_path), check=False)
+        assert "Traceback" not in result.stderr, result.stderr[-2000:]
+        if status == 200:
+            last = result.stderr.strip().splitlines()[-1]
+            assert result.returncode != 0 and last.startswith("search_web: error: search provider google: bad_response:"), last
+            assert "not JSON (JSON nested deeper than Python reads)" in last and not out.exists()
+        else:
+            assert result.returncode == 0
+            assert {r["reason"] for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()} == {"http_400"}

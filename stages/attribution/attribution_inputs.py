@@ -73,6 +73,7 @@ from pathlib import Path
 
 from stages.attribution.attribution import IMG, split_source
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
+from stages.core.schema_check import read_json
 
 VERSION = "2"
 SHEET_HEADER = ("Patient", "Doctor")  # the first two cells of a CliConSummation block's header row
@@ -159,9 +160,10 @@ def read_jsonl(ctx, path: Path):
 
 def _parse_line(line: str, number: int, base: Path) -> dict:
     try:
-        record = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise Reject("bad_json", f"line {number}: {err.msg} at char {err.pos}") from None
+        record = read_json(line)
+    except ValueError as err:  # not JSON, or nested too deep to read
+        where = f"{err.msg} at char {err.pos}" if isinstance(err, json.JSONDecodeError) else str(err)
+        raise Reject("bad_json", f"line {number}: {where}") from None
     return parse_item(record, base)
 
 

@@ -8,6 +8,7 @@ Integers are strict (2.0 is not an int: a stage handed 2.0 for a count would fai
 from __future__ import annotations
 
 import ipaddress
+import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
@@ -107,6 +108,16 @@ def schema_errors(schema: dict, value: Any, root: Path = SCHEMAS, base: str | No
                 yield f"{where}.{key}", f"is unknown (allowed here: {allowed})", err.validator
         else:
             yield where, _problem(err), err.validator
+
+
+def read_json(text: str | bytes) -> Any:
+    """json.loads for JSON from outside (a server's answer, a line of a file): JSON nested deeper than
+    Python's reader goes ("[[[[...") is a ValueError, as any other unreadable JSON is, not a
+    RecursionError out of the stage."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested deeper than Python reads") from None
 
 
 def answer_problem(schema: dict, value: Any) -> str | None:

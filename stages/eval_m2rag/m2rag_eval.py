@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 import pyarrow.parquet as pq
 
 from stages.core.errors import StageError
+from stages.core.schema_check import read_json
 
 PLACEHOLDER = re.compile(r"!\[([^\]\n]*)\]\(\s*([^)\s]*)\s*\)")
 PSEUDO_URL = re.compile(r"^image_(\d+)$")
@@ -134,7 +135,7 @@ def read_dev_set(path: Path) -> dict[str, list]:
         if not line.strip():
             continue
         try:
-            record = _check(json.loads(line), dict, "a record")
+            record = _check(read_json(line), dict, "a record")
             raw_id = record.get("query_id")
             qid = f"m2rag:{_check(raw_id, (str, int), 'query_id')}"
             if qid in seen:

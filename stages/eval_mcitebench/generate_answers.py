@@ -44,6 +44,7 @@ from stages.core.images import ImageStore
 from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.refs import figure_table_refs
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
+from stages.core.schema_check import read_json
 
 VERSION = "3"  # 2: items shuffled by core seeded_rng; 3: meta_data captions of published records
 PROMPT = "mcitebench_answer"
@@ -182,7 +183,7 @@ def run(ctx):
         seen: dict[str, int] = {}
         for n, line in enumerate(lines, 1):
             try:
-                record = json.loads(line)
+                record = read_json(line)
             except ValueError as err:  # not JSON, or not UTF-8
                 record = err
             with ctx.item(item_id(record, n)):

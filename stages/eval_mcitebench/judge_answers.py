@@ -14,10 +14,10 @@ Params: judge (name recorded in rows), llm (judge's settings).
 """
 from __future__ import annotations
 
-import json
 
 from stages.core.llm import LLMClient, LLMRequest
 from stages.core.stage import Input, Output, Param, Reject, Stage
+from stages.core.schema_check import read_json
 
 VERSION = "1"
 PROMPTS = {"explanation": "mcitebench_judge_explanation", "locating": "mcitebench_judge_locating"}
@@ -27,7 +27,7 @@ def request_for(response: dict) -> LLMRequest:
     variables = {"question": response["question"], "reference": response["answer"], "response": response["response"]}
     if response["question_type"] == "locating":
         try:
-            meta = json.loads(response["meta_json"] or "{}")
+            meta = read_json(response["meta_json"] or "{}")
         except ValueError as err:
             raise Reject("bad_meta_json", f"meta_json is not JSON: {err}") from None
         if not isinstance(meta, dict):

@@ -21,13 +21,13 @@ Params: path, name, split, revision, fields, id_prefix, limit, cache_dir.
 from __future__ import annotations
 
 import itertools
-import json
 from typing import Any, Iterator
 
 from tqdm import tqdm
 
 from stages.core.ids import shard_of
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
+from stages.core.schema_check import read_json
 
 VERSION = "1"
 TARGETS = ("id", "question", "body", "subreddit", "answers")
@@ -63,7 +63,7 @@ def jsonl_rows(paths: list[str]) -> Iterator[dict | Reject]:
                 if not line.strip():
                     continue
                 try:
-                    row = json.loads(line)
+                    row = read_json(line)
                 except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
                     yield Reject("bad_json", f"{path}:{n}: {err}")
                     continue

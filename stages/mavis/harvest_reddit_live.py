@@ -58,7 +58,6 @@ comments_unavailable, bad_answer, gallery_item_failed, gallery_item_no_metadata.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 from datetime import datetime, timezone
@@ -72,7 +71,7 @@ from stages.core.fetch import FetchError, WarcRecorder, load_archive
 from stages.core.ids import shard_of
 from stages.mavis.reddit_records import REDDIT_REJECTS, comment_fields, image_urls, int_field, post_fields, record_id
 from stages.core.retry import RetriesExhausted, RetryPolicy, with_retries
-from stages.core.schema_check import answer_problem
+from stages.core.schema_check import answer_problem, read_json
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "1"
@@ -137,7 +136,7 @@ def check_answer(request: requests.PreparedRequest, status: int, body: bytes) ->
     if status != 200 or kind is None:
         return
     try:
-        answer = json.loads(body)
+        answer = read_json(body)
     except ValueError:
         return
     problem = answer_problem(ANSWERS[kind], answer)

@@ -45,7 +45,7 @@ from tqdm import tqdm
 from stages.core.fetch import Fetcher, FetchError, FetchSettings
 from stages.core.ids import content_id, sha256_hex
 from stages.core.images import pdf_path
-from stages.core.schema_check import answer_problem
+from stages.core.schema_check import answer_problem, read_json
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
@@ -127,7 +127,7 @@ class OpenReviewClient:
 
 
 def _json(body: bytes) -> dict:
-    value = json.loads(body)
+    value = read_json(body)
     if not isinstance(value, dict):
         raise ValueError(f"a JSON {type(value).__name__}")
     return value

@@ -14,7 +14,6 @@ start is a StageError.
 from __future__ import annotations
 
 import io
-import json
 import os
 import socket
 import subprocess
@@ -31,6 +30,7 @@ import requests
 
 from stages.core.retry import RetriesExhausted, RetryPolicy, read_body, with_retries
 from stages.core.stage import Reject, StageError
+from stages.core.schema_check import read_json
 
 
 # The reasons check_pdf and parse_pdf reject with.
@@ -120,7 +120,7 @@ def _task_verdict(response: requests.Response) -> bool:
     """mineru-api answers a PDF it failed on with a 500 holding its task (status failed/partial):
     that is its verdict on the PDF, asked again it fails again; a bare 500 is an outage."""
     try:
-        body = response.json()
+        body = read_json(response.content)
     except ValueError:
         return False
     return isinstance(body, dict) and body.get("status") in ("failed", "partial")
@@ -155,7 +155,7 @@ def parse_pdf(url: str, pdf: bytes, name: str, *, tier: str, ocr_mode: str, page
     if response.headers.get("content-type", "").startswith("application/zip"):
         try:
             with zipfile.ZipFile(io.BytesIO(response.content)) as archive:
-                middle = json.loads(archive.read("middle_json.json"))
+                middle = read_json(archive.read("middle_json.json"))
                 images = {n: archive.read(n) for n in archive.namelist() if n.startswith("images/")}
         except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError) as err:  # ValueError: bad JSON or encoding
             raise Reject("mineru_failed", f"unreadable zip answer: {type(err).__name__}: {err}") from None
@@ -163,7 +163,7 @@ def parse_pdf(url: str, pdf: bytes, name: str, *, tier: str, ocr_mode: str, page
             raise Reject("mineru_failed", f"middle_json.json is a {type(middle).__name__}, not an object")
         return middle, images
     try:
-        body = response.json()
+        body = read_json(response.content)
     except ValueError:
         raise Reject("mineru_failed", f"HTTP {response.status_code}: {response.text[:500]}") from None
     if not isinstance(body, dict):

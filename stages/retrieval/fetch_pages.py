@@ -30,14 +30,13 @@ from __future__ import annotations
 import concurrent.futures
 import concurrent.futures.process
 import dataclasses
-import json
 import multiprocessing
 import os
 
 from stages.core.fetch import FETCH_PARAMS, FETCH_REJECTS, FetchError, Fetcher, parse_url, stage_fetch_settings
 from stages.core.ids import content_id
 from stages.core.pages import HTML_TYPES, PageStore, Undecodable, count_images, decode_html, html_to_markdown, looks_broken
-from stages.core.schema_check import answer_problem
+from stages.core.schema_check import answer_problem, read_json
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "1"
@@ -113,7 +112,7 @@ def read_jina(fetcher: Fetcher, store: PageStore, url: str, endpoint: str, key: 
             raise ReaderStopped(f"Jina Reader at {endpoint}: {err.reason}: {err.detail} (key or quota: see reader_key_env)") from None
         raise Reject(err.reason, f"via Jina Reader: {err.detail}") from None
     try:
-        reply = json.loads(fetched.body)
+        reply = read_json(fetched.body)
     except ValueError as err:
         raise Reject("reader_error", f"{reader_url}: reply is not JSON ({err})") from None
     problem = answer_problem(READER_REPLY, reply)

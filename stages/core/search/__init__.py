@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stages.core.fetch import Fetcher, FetchError
-from stages.core.schema_check import answer_problem
+from stages.core.schema_check import answer_problem, read_json
 from stages.core.stage import Param, Reject
 from stages.core.tables import atomic_write_bytes
 
@@ -120,7 +120,7 @@ class Provider:
                 raise Reject(reason, f"{self.name}: {detail}") from None
             raise SearchFailed(self.name, reason, detail) from None
         try:
-            data = json.loads(fetched.body)
+            data = read_json(fetched.body)
         except ValueError as err:
             raise SearchFailed(self.name, "bad_response", f"{url[:300]}: not JSON ({err})") from None
         problem = answer_problem(self.REPLY, data)

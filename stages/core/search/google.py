@@ -19,7 +19,6 @@ secret, it is in every public search box), rate_per_s, params (extra API paramet
 """
 from __future__ import annotations
 
-import json
 import os
 from urllib.parse import urlencode
 
@@ -28,6 +27,7 @@ from stages.core.fetch import Fetcher, FetchError
 from stages.core.stage import Reject
 
 from . import Provider, SearchFailed, SearchHit, dedupe, env_value
+from stages.core.schema_check import read_json
 
 ENDPOINT = "https://www.googleapis.com/customsearch/v1"
 PAGE_SIZE = 10
@@ -120,7 +120,7 @@ class GoogleSearch(Provider):
 def _error_body(body: bytes) -> tuple[set[str], str]:
     """Google's error reasons and message; a body of another shape (a proxy's HTML page) says nothing."""
     try:
-        error = json.loads(body or b"{}").get("error")
+        error = read_json(body or b"{}").get("error")
     except (ValueError, AttributeError):
         return set(), ""
     if not isinstance(error, dict):
