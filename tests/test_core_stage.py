@@ -379,6 +379,34 @@ def test_a_table_whose_shards_may_share_a_row_reads_a_whole_row_repeat_once(tmp_
         table_schema("nested")
 
 
+def test_read_by_file_gives_each_files_rows_that_keep_the_contract(tmp_path, schema_dir):
+    """read_by_file splits the checked read back into its files: a row with a null the contract
+    forbids is this stage's reject whichever file holds it, and a whole-row repeat stays in the file
+    it was first read from."""
+    import pyarrow as pa
+
+    (schema_dir / "docs.yaml").write_text("table: docs\nkey: id\nrepeats: same_row\ncolumns:\n  id: string\n  text: string\n")
+    tables.table_schema.cache_clear()
+    shards = [[{"id": "a", "text": "x"}, {"id": "b", "text": None}], [], [{"id": "a", "text": "x"}, {"id": "c", "text": "z"}]]
+    paths = []
+    for k, rows in enumerate(shards):
+        paths.append(tmp_path / f"docs{k}.parquet")
+        pq.write_table(pa.Table.from_pylist(rows, schema=table_schema("docs")), paths[-1])
+    seen: list = []
+
+    def run(ctx):
+        for path, table in ctx.read_by_file("rows"):
+            seen.append((Path(path).name, table.column("id").to_pylist()))
+        ctx.add_input(ctx.read("rows").num_rows)
+        ctx.write("out", ctx.read("rows"))
+
+    out = tmp_path / "o" / "out.parquet"
+    Stage("reader", "1", None, {"rows": Input("docs", many=True, table="docs")}, {"out": Output("docs", "kept")}, {}, run=run).main(
+        [*(f"--input=rows={p}" for p in paths), f"--output=out={out}"])
+    assert seen == [("docs0.parquet", ["a"]), ("docs1.parquet", []), ("docs2.parquet", ["c"])]
+    assert [(r["id"], r["reason"]) for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()] == [("b", "null_column")]
+
+
 def test_a_castable_column_type_is_cast_and_a_value_that_does_not_convert_fails_naming_it(tmp_path, scored_dir):
     import pyarrow as pa
 

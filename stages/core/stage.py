@@ -345,6 +345,7 @@ class Context:
         # invariant) leave them out; the report adds them to rows in and rejected.
         self.contract_rejected: collections.Counter[tuple[str, str]] = collections.Counter()  # (input, reason) -> rows
         self._read_cache: dict[str, pa.Table] = {}
+        self._read_from: dict[str, np.ndarray] = {}  # per input read: the file each kept row came from
         self._file_rows: collections.Counter[str] = collections.Counter()  # rows a file output holds
         self.stats: collections.Counter[str] = collections.Counter()  # extra figures for the report
         self.started_at = time.time()  # temps of our outputs older than this are a killed run's
@@ -403,6 +404,18 @@ class Context:
             self._read_cache[name] = self._read_checked(name)
         return self._read_cache[name]
 
+    def read_by_file(self, name: str) -> list[tuple[str, pa.Table]]:
+        """`read(name)` split back into its files: (path, that file's rows that keep the contract),
+        for a stage to which the file a row sits in means something (release_mavis names a shared
+        stage's rejects after the rule folder of their sidecar)."""
+        table = self.read(name)
+        paths = self._inputs.get(name) or []
+        if name not in self._read_from:  # every row kept: the files' row counts place them
+            sizes = [pq.ParquetFile(path).metadata.num_rows for path in paths]
+            self._read_from[name] = np.repeat(np.arange(len(paths)), sizes)
+        files = self._read_from[name]
+        return [(path, table.filter(pa.array(files == i))) for i, path in enumerate(paths)]
+
     def _read_checked(self, name: str) -> pa.Table:
         spec = self.stage.inputs[name]
         paths = self._inputs.get(name)
@@ -422,9 +435,13 @@ class Context:
                 self.stats[f"{name}_repeated_rows"] = table.num_rows - len(read_rows)
                 table = table.take(pa.array(read_rows))
         problems = contract_problems(table, contract)
-        if not problems:
+        if not problems and read_rows is None:
             return table
         ends = np.cumsum([pq.ParquetFile(path).metadata.num_rows for path in paths])  # where each file's rows end
+        placed = np.asarray(read_rows) if read_rows is not None else np.arange(table.num_rows)  # each row's place in the files
+        if not problems:
+            self._read_from[name] = np.searchsorted(ends, placed, side="right")
+            return table
         ids, reasons, details = [], [], []
         for row, reason, detail in problems:
             in_files = int(read_rows[row]) if read_rows is not None else row
@@ -437,6 +454,7 @@ class Context:
         self._write_rejects(ids, reasons, details)
         keep = np.ones(table.num_rows, dtype=bool)
         keep[[row for row, _, _ in problems]] = False
+        self._read_from[name] = np.searchsorted(ends, placed[keep], side="right")
         return table.filter(pa.array(keep))
 
     def check_inputs(self) -> None:

@@ -51,7 +51,7 @@ from stages.core.images import ImageStore
 from stages.core.release import md_table, publish_release, reject_counts
 from stages.core.review import read_sheet
 from stages.core.stage import Input, Output, Param, Stage, StageError
-from stages.core.tables import read_tables, table_schema
+from stages.core.tables import table_schema
 
 VERSION = "4"  # 4: facts carry their instance's split; the card loads instances and facts by split
 
@@ -176,8 +176,7 @@ def _rejects_by_rule(ctx) -> pa.Table:
     stage under a prefixed rule (the fact images' `fact_cache_images` folder holds cache_images'
     rejects), so the post and the fact images count apart."""
     tables = []
-    for path in ctx.input_paths("rejects") if ctx.has_input("rejects") else []:
-        table = read_tables([path])
+    for path, table in ctx.read_by_file("rejects"):  # rows that keep the rejects contract (a null stage is this stage's reject)
         folder = Path(path).parent.name
         stages = set(table.column("stage").to_pylist())
         if len(stages) == 1 and folder != next(iter(stages)) and folder.endswith("_" + next(iter(stages))):
