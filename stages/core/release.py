@@ -178,7 +178,7 @@ def reject_counts(rejects: pa.Table) -> pa.Table:
         return pa.table({"stage": pa.array([], pa.string()), "reason": pa.array([], pa.string()), "rows": pa.array([], pa.int64())})
     with duckdb.connect() as con:
         con.register("rejects", rejects)
-        return con.execute("select stage, reason, count(*)::bigint as rows from rejects group by 1, 2 order by 1, 2").to_arrow_table()
+        return con.sql("select stage, reason, count(*)::bigint as rows from rejects group by 1, 2 order by 1, 2").to_arrow_table()
 
 
 def publish_release(

@@ -77,35 +77,35 @@ def build_tables(queries: pa.Table, rejects: pa.Table, categories: list[dict], s
     con.register("sampled", sampled if sampled is not None else pa.table({"id": pa.array([], pa.string()), "sample_category": pa.array([], pa.int32())}))
     cats = pa.table({"id": pa.array([c["id"] for c in categories], pa.int32()), "name": [c["name"] for c in categories]})
     con.register("cats", cats)
-    category_counts = con.execute(
+    category_counts = con.sql(
         "select cats.id, cats.name, count(q.id)::bigint as queries, "
         "(select count(*) from sampled s where s.sample_category = cats.id)::bigint as sampled from cats "
         "left join (select id, unnest(categories) as category from queries) q on q.category = cats.id "
         "group by 1, 2 order by 1"
     ).to_arrow_table()
-    decisions = con.execute(_DECISIONS).to_arrow_table()
+    decisions = con.sql(_DECISIONS).to_arrow_table()
     tables = {"queries": sampled if sampled is not None else queries, "categories": category_counts, "filter_decisions": decisions}
     if pages is not None and elements is not None:
         con.register("raw_pages", pages)
         con.register("raw_elements", elements)
-        tables["pages"] = con.execute(
+        tables["pages"] = con.sql(
             f"select {', '.join(PAGE_COLUMNS)} from raw_pages where query_id in (select id from sampled) order by query_id, rank, id"
         ).to_arrow_table()
         con.register("pages", tables["pages"])
-        tables["elements"] = con.execute(
+        tables["elements"] = con.sql(
             f'select {", ".join(chr(34) + c + chr(34) for c in ELEMENT_COLUMNS)} from raw_elements '
             "where kind in ('text', 'image') and page_id in (select id from pages) order by query_id, page_id, \"order\""
         ).to_arrow_table()
         con.register("elements", tables["elements"])
         con.register("captions", captions.select(_CAPTIONS.names) if captions is not None else _CAPTIONS.empty_table())
-        tables["images"] = con.execute(
+        tables["images"] = con.sql(
             'select e.element_id, e.page_id, e.query_id, e."order", e.image_url as url, e.text as alt, e.score, e.mode, e.image_sha256 as sha256, '
             f"c.caption, c.mode as caption_mode, e.score >= {int(min_image_score)} as selected "
             "from elements e left join captions c on c.owner_id = e.page_id and c.url = e.image_url "
             "where e.kind = 'image' order by e.query_id, e.page_id, e.\"order\""
         ).to_arrow_table()
         con.register("images", tables["images"])
-        tables["aux_images"] = con.execute(
+        tables["aux_images"] = con.sql(
             'select e.query_id, e."order" as rank, e.image_url as url, e.text as title, e.image_sha256 as sha256, e.score, e.mode, '
             f"c.caption, c.mode as caption_mode, e.score >= {int(min_image_score)} as selected, e.element_id as ref_id "
             "from raw_elements e left join captions c on c.owner_id = e.query_id and c.url = e.image_url "

@@ -196,14 +196,14 @@ def run(ctx):
     with duckdb.connect() as con:
         con.register("raw_instances", raw)
         con.register("test_ids", pa.table({"id": pa.array(sorted(notes["test"]), pa.string())}))
-        instances = con.execute("select *, case when id in (select id from test_ids) then 'test' else 'train' end as split "
+        instances = con.sql("select *, case when id in (select id from test_ids) then 'test' else 'train' end as split "
                                 "from raw_instances order by id").to_arrow_table()
         con.register("instances", instances)
         con.register("all_questions", ctx.read("questions"))
-        questions = con.execute("select * from all_questions where id in (select post_id from instances) order by id").to_arrow_table()
+        questions = con.sql("select * from all_questions where id in (select post_id from instances) order by id").to_arrow_table()
         con.register("all_facts", ctx.read("facts"))
         con.register("irrelevant", pa.table({"fact_id": pa.array([f for f, _ in irrelevant], pa.string())}))
-        facts = con.execute("select f.*, i.split from all_facts f join instances i on i.id = f.instance_id "
+        facts = con.sql("select f.*, i.split from all_facts f join instances i on i.id = f.instance_id "
                             "where f.fact_id not in (select fact_id from irrelevant) order by f.fact_id").to_arrow_table()
         con.register("facts", facts)
         con.register("judged", ctx.read("judged"))
@@ -211,7 +211,7 @@ def run(ctx):
                                         "doc_id": pa.array([h[1] for h in human], pa.string()),
                                         "grounded": pa.array([h[2] for h in human], pa.bool_())}))
         con.register("annotated", pa.table({"fact_id": pa.array(sorted(decided), pa.string())}))
-        fact_documents = con.execute("""
+        fact_documents = con.sql("""
             select j.fact_id, j.doc_id, j.rank, j.query, j.score,
                    case when h.grounded is not null then h.grounded
                         when j.fact_id in (select fact_id from annotated) then false else j.entailed end as entailed,
@@ -224,7 +224,7 @@ def run(ctx):
         con.register("doc_images", ctx.read("document_images"))
         con.register("post_images", ctx.read("question_images"))
         # an image document's sha256: its url as cached for a fact that retrieved it (one url, one file)
-        documents = con.execute("""
+        documents = con.sql("""
             with shas as (
               select fd.doc_id, min(di.sha256) as sha256 from fact_documents fd
               join (select distinct doc_id, url from all_documents where modality = 'image') d on d.doc_id = fd.doc_id
@@ -234,10 +234,10 @@ def run(ctx):
             from all_documents d left join shas s on s.doc_id = d.doc_id
             where d.doc_id in (select doc_id from fact_documents) order by d.doc_id""").to_arrow_table()
         con.register("documents", documents)
-        questions_images = con.execute("""
+        questions_images = con.sql("""
             select owner_id as post_id, list(sha256 order by position) as image_sha256s from post_images
             where owner_id in (select post_id from instances) group by 1""").to_arrow_table()
-        images = con.execute("""
+        images = con.sql("""
             select distinct on (sha256, role) sha256, 'images/' || sha256 || '.jpg' as path, width, height, url, role from (
               select sha256, width, height, url, 'question' as role, position as o from post_images
                 where owner_id in (select post_id from instances)
