@@ -344,20 +344,30 @@ def test_rows_that_break_the_contract_are_rejected_before_the_stage_sees_them(tm
     assert report["rejected_by_reason"] == {"bad_value": 6, "duplicate_id": 1, "null_column": 3}
 
 
+def _docs_shards(tmp_path, schema_dir, schema: str, shards: list[list[dict]]) -> list[Path]:
+    """The `docs` table declared by `schema`, written as one Parquet file per shard."""
+    import pyarrow as pa
+
+    (schema_dir / "docs.yaml").write_text(schema)
+    tables.table_schema.cache_clear()
+    paths = [tmp_path / f"docs{k}.parquet" for k in range(len(shards))]
+    for path, rows in zip(paths, shards):
+        pq.write_table(pa.Table.from_pylist(rows, schema=table_schema("docs")), path)
+    return paths
+
+
+def _run_docs_reader(run, paths: list[Path], out: Path) -> None:
+    Stage("reader", "1", None, {"rows": Input("docs", many=True, table="docs")}, {"out": Output("docs", "kept")}, {}, run=run).main(
+        [*(f"--input=rows={p}" for p in paths), f"--output=out={out}"])
+
+
 def test_a_table_whose_shards_may_share_a_row_reads_a_whole_row_repeat_once(tmp_path, schema_dir):
     """`repeats: same_row` (MAVIS documents: one passage retrieved in two shards): a row equal in
     every column to an earlier one is read once and counted; a repeated key with another value is
     still a duplicate_id, named at its place in the files as written."""
-    import pyarrow as pa
-
-    (schema_dir / "docs.yaml").write_text("table: docs\nkey: id\nrepeats: same_row\ncolumns:\n  id: string\n  text: string\n  url: string\nnullable: [url]\n")
-    tables.table_schema.cache_clear()
-    shards = [[{"id": "a", "text": "x", "url": None}, {"id": "b", "text": "y", "url": "u"}],
-              [{"id": "a", "text": "x", "url": None}, {"id": "c", "text": "z", "url": None}, {"id": "b", "text": "other", "url": "u"}]]
-    paths = []
-    for k, rows in enumerate(shards):
-        paths.append(tmp_path / f"docs{k}.parquet")
-        pq.write_table(pa.Table.from_pylist(rows, schema=table_schema("docs")), paths[-1])
+    paths = _docs_shards(tmp_path, schema_dir, "table: docs\nkey: id\nrepeats: same_row\ncolumns:\n  id: string\n  text: string\n  url: string\nnullable: [url]\n",
+                         [[{"id": "a", "text": "x", "url": None}, {"id": "b", "text": "y", "url": "u"}],
+                          [{"id": "a", "text": "x", "url": None}, {"id": "c", "text": "z", "url": None}, {"id": "b", "text": "other", "url": "u"}]])
     seen: list = []
 
     def run(ctx):
@@ -367,8 +377,7 @@ def test_a_table_whose_shards_may_share_a_row_reads_a_whole_row_repeat_once(tmp_
                 ctx.write("out", [row])
 
     out = tmp_path / "o" / "out.parquet"
-    Stage("reader", "1", None, {"rows": Input("docs", many=True, table="docs")}, {"out": Output("docs", "kept")}, {}, run=run).main(
-        [*(f"--input=rows={p}" for p in paths), f"--output=out={out}"])
+    _run_docs_reader(run, paths, out)
     assert seen == [("a", "x"), ("b", "y"), ("c", "z")]
     rejects = [(r["id"], r["reason"], r["detail"]) for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()]
     assert rejects == [("b", "duplicate_id", "key 'b' repeats row 1 (input 'rows', docs1.parquet row 2)")]
@@ -383,15 +392,8 @@ def test_read_by_file_gives_each_files_rows_that_keep_the_contract(tmp_path, sch
     """read_by_file splits the checked read back into its files: a row with a null the contract
     forbids is this stage's reject whichever file holds it, and a whole-row repeat stays in the file
     it was first read from."""
-    import pyarrow as pa
-
-    (schema_dir / "docs.yaml").write_text("table: docs\nkey: id\nrepeats: same_row\ncolumns:\n  id: string\n  text: string\n")
-    tables.table_schema.cache_clear()
-    shards = [[{"id": "a", "text": "x"}, {"id": "b", "text": None}], [], [{"id": "a", "text": "x"}, {"id": "c", "text": "z"}]]
-    paths = []
-    for k, rows in enumerate(shards):
-        paths.append(tmp_path / f"docs{k}.parquet")
-        pq.write_table(pa.Table.from_pylist(rows, schema=table_schema("docs")), paths[-1])
+    paths = _docs_shards(tmp_path, schema_dir, "table: docs\nkey: id\nrepeats: same_row\ncolumns:\n  id: string\n  text: string\n",
+                         [[{"id": "a", "text": "x"}, {"id": "b", "text": None}], [], [{"id": "a", "text": "x"}, {"id": "c", "text": "z"}]])
     seen: list = []
 
     def run(ctx):
@@ -401,8 +403,7 @@ def test_read_by_file_gives_each_files_rows_that_keep_the_contract(tmp_path, sch
         ctx.write("out", ctx.read("rows"))
 
     out = tmp_path / "o" / "out.parquet"
-    Stage("reader", "1", None, {"rows": Input("docs", many=True, table="docs")}, {"out": Output("docs", "kept")}, {}, run=run).main(
-        [*(f"--input=rows={p}" for p in paths), f"--output=out={out}"])
+    _run_docs_reader(run, paths, out)
     assert seen == [("docs0.parquet", ["a"]), ("docs1.parquet", []), ("docs2.parquet", ["c"])]
     assert [(r["id"], r["reason"]) for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()] == [("b", "null_column")]
 
