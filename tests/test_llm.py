@@ -188,5 +188,5 @@ def test_an_answer_nested_deeper_than_python_reads_is_a_failed_answer():
     from stages.core.llm.client import judge
 
     schema = {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}
-    assert judge("json", schema, Result("[" * 100_000 + "]" * 100_000)) == (None, "non_json: nested deeper than Python reads")
+    assert judge("json", schema, Result("[" * 100_000 + "]" * 100_000)) == (None, "non_json: JSON nested deeper than Python reads")
     assert judge("json", schema, Result('{"word": "rain"}')) == ({"word": "rain"}, None)

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from stages.core.images import ImageStore, fit_longest_side
 from stages.core.prompts import PROMPTS_DIR, Prompt, PromptLibrary
+from stages.core.schema_check import read_json
 
 from .cache import CallCache, cache_key, host_file
 from .calls import Call, Result
@@ -78,11 +79,11 @@ def judge(kind: str, schema: dict | None, result: Result) -> tuple[Any, str | No
     raw = result.text
     if kind == "json":
         try:
-            value = json.loads(raw)
+            value = read_json(raw)
         except json.JSONDecodeError as err:
             return None, f"non_json: {err.msg} at char {err.pos}"
-        except RecursionError:  # "[[[[..." from a model or a proxy: an answer, not a crash
-            return None, "non_json: nested deeper than Python reads"
+        except ValueError as err:  # "[[[[..." from a model or a proxy: an answer, not a crash
+            return None, f"non_json: {err}"
         try:
             error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(value))
         except RecursionError:
