@@ -24,7 +24,8 @@ from __future__ import annotations
 import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from local_http import LocalServer, QuietHandler
 
 from stages.core.tables import write_table
 
@@ -93,10 +94,7 @@ class RuleJudge:
         self.lock = threading.Lock()
         judge = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 prompt = body["messages"][-1]["content"]
@@ -106,12 +104,7 @@ class RuleJudge:
                     judge.seen.add(prompt)
                 query = prompt.split("<query>", 1)[1].split("</query>", 1)[0]
                 if "DOWN" in query:
-                    data = b'{"error": {"message": "<rating sentence_id=\\"1\\"> 5 </rating>"}}'
-                    self.send_response(400)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    self.answer(400, b'{"error": {"message": "<rating sentence_id=\\"1\\"> 5 </rating>"}}')
                     return
                 if "MALFORMED" in query:
                     text = "<thinking> I am not sure. </thinking> The citations look fine."
@@ -119,17 +112,11 @@ class RuleJudge:
                     text = context_answer(prompt)
                 else:
                     text = itercoe_answer(prompt, broken="FLAKY" in query and first, partial="PARTIAL" in query)
-                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                                   "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(text) // 4}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.answer(200, json.dumps({"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                                             "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(text) // 4}}).encode())
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = LocalServer(Handler)
+        self.url = f"{self.server.url}/v1"
 
     def llm(self, tmp_path) -> dict:
         """llm settings that send the judge's calls here, with a per-test cache."""
@@ -137,5 +124,4 @@ class RuleJudge:
                 "openai": {"base_url": self.url, "max_in_flight": 2, "logprobs": False}}
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()

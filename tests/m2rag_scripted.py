@@ -5,12 +5,11 @@ and m2rag_report share (conftest.py holds the session fixtures)."""
 from __future__ import annotations
 
 import json
-import threading
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from conftest import run_stage
+from local_http import LocalServer, QuietHandler
 from m2rag_eval_fixtures import make_m2rag_release
 
 ANSWER = ("Blue light is scattered most by the air.\n\n![scattering diagram](image_1)\n\n"
@@ -53,10 +52,7 @@ def scripted_server(override=None):
     """`override(text)`: (HTTP status, body) to answer instead of `rule`, or None to let the rule answer."""
     seen: list[dict] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
+    class Handler(QuietHandler):
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             content = body["messages"][-1]["content"]
@@ -66,20 +62,10 @@ def scripted_server(override=None):
             status, data = (override and override(text)) or (200, json.dumps({
                 "choices": [{"message": {"content": rule(text, has_image)}, "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": 100, "completion_tokens": 10}}))
-            data = data.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.answer(status, data.encode())
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", seen
-    finally:
-        httpd.shutdown()
+    with LocalServer(Handler) as server:
+        yield f"{server.url}/v1", seen
 
 
 def scripted_llm(folder: Path, url: str, **extra) -> dict:

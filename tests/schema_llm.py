@@ -9,9 +9,9 @@ against it; nothing is scripted per prompt. The property test over every stage
 from __future__ import annotations
 
 import json
-import threading
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from local_http import LocalServer, QuietHandler
 
 TEXT_ANSWER = "Yes, the sky is blue because air scatters blue light most [1]."
 
@@ -66,32 +66,13 @@ def answer(body: dict) -> dict:
 def plain_llm_server():
     """Yields the server's base URL (.../v1) while it runs."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
+    class Handler(QuietHandler):
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            data = json.dumps(answer(body)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.answer(200, json.dumps(answer(body)).encode())
 
         def do_GET(self):  # /v1/models
-            data = json.dumps({"object": "list", "data": [{"id": "plain", "object": "model"}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.answer(200, json.dumps({"object": "list", "data": [{"id": "plain", "object": "model"}]}).encode())
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with LocalServer(Handler) as server:
+        yield f"{server.url}/v1"

@@ -7,9 +7,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
@@ -19,6 +17,7 @@ import yaml
 import zstandard
 
 from conftest import run_snakemake, run_stage
+from local_http import LocalServer, QuietHandler
 
 DOMAINS = {"Science": ["askscience"], "Art & Design": ["woodworking"]}
 START, END = "2023-01-01", "2023-02-01"
@@ -83,19 +82,9 @@ class RedditServer:
         self.hits: list[tuple[str, str]] = []
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def _send(self, status, body, headers=()):
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in headers:
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
+                self.answer(status, json.dumps(body).encode(), "application/json; charset=UTF-8", headers)
 
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
@@ -104,15 +93,11 @@ class RedditServer:
             def do_GET(self):
                 server.route(self, "GET", "")
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        self.server = LocalServer(Handler)
+        self.url = self.server.url
 
     def stop(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join()
+        self.server.close()
 
     def route(self, h, method, body):
         parts = urlsplit(h.path)
@@ -171,7 +156,7 @@ class RedditServer:
 def server():
     srv = RedditServer()
     yield srv
-    if srv.thread.is_alive():
+    if srv.server.thread.is_alive():
         srv.stop()
 
 

@@ -7,11 +7,11 @@ import collections
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
 
+from local_http import LocalServer, QuietHandler
 from stages.core.llm import LLMClient, LLMError, LLMRequest
 from stages.core.prompts import PromptLibrary
 
@@ -30,10 +30,7 @@ class FaultProxy:
         self.lock = threading.Lock()
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 with proxy.lock:
@@ -52,21 +49,13 @@ class FaultProxy:
                 finally:  # counted out before the answer is sent: the client may start its next request as soon as it has it
                     with proxy.lock:
                         proxy.in_flight -= 1
-                self.send_response(status)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.answer(status, data, headers=headers.items())
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = LocalServer(Handler)
+        self.url = f"{self.server.url}/v1"
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 @pytest.fixture
