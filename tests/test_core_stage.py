@@ -388,6 +388,40 @@ def test_a_table_whose_shards_may_share_a_row_reads_a_whole_row_repeat_once(tmp_
         table_schema("nested")
 
 
+def test_a_struct_field_is_not_null_unless_declared_so(tmp_path, schema_dir):
+    """A field of a list of structs (or of a struct) may be null only when `nullable` names it
+    (`docs.url`): a null in another field is the row's null_column reject on read, naming the field,
+    and a writer that writes one fails naming it. A null struct (a nullable column) has no fields to check."""
+    schema = ("table: docs\nkey: id\ncolumns:\n  id: string\n  parts: list<struct<text:string, url:string>>\n"
+              "  main: struct<text:string, url:string>\nnullable: [main, parts.url, main.url]\n")
+    part = lambda text, url=None: {"text": text, "url": url}  # noqa: E731
+    paths = _docs_shards(tmp_path, schema_dir, schema, [[
+        {"id": "a", "parts": [part("x"), part("y", "u")], "main": None},
+        {"id": "b", "parts": [part("x"), part(None, "u")], "main": part("m")},
+        {"id": "c", "parts": [], "main": part(None)},
+        {"id": "d", "parts": [part("x")], "main": part("m", "u")},
+    ]])
+    seen: list = []
+
+    def run(ctx):
+        for row in ctx.read("rows").to_pylist():
+            with ctx.item(row["id"]):
+                seen.append(row["id"])
+                ctx.write("out", [row])
+
+    out = tmp_path / "o" / "out.parquet"
+    _run_docs_reader(run, paths, out)
+    assert seen == ["a", "d"]
+    rejects = {r["id"]: (r["reason"], r["detail"]) for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()}
+    assert rejects == {"b": ("null_column", "field 'parts.text' is null (input 'rows', docs0.parquet row 1)"),
+                       "c": ("null_column", "field 'main.text' is null (input 'rows', docs0.parquet row 2)")}
+    with pytest.raises(tables.SchemaError, match=r"row 0 \(e\): null_column: field .parts.text. is null"):
+        tables.write_table(tmp_path / "w.parquet", [{"id": "e", "parts": [part(None)], "main": None}], "docs")
+    (schema_dir / "odd.yaml").write_text("table: odd\ncolumns:\n  id: string\n  parts: list<struct<text:string>>\nnullable: [parts.url]\n")
+    with pytest.raises(tables.SchemaError, match=r"nullable names columns \['parts.url'\]"):
+        table_schema("odd")
+
+
 def test_read_by_file_gives_each_files_rows_that_keep_the_contract(tmp_path, schema_dir):
     """read_by_file splits the checked read back into its files: a row with a null the contract
     forbids is this stage's reject whichever file holds it, and a whole-row repeat stays in the file

@@ -1,13 +1,14 @@
 """Every stage under generated input (issue 32): the input tables are drawn from each stage's
 declared input schemas and contracts (schemas/tables/*.yaml) and spoiled the ways real data is -
-nulls, values off their declared set or range, NaN, repeated keys, empty, 20 kB and odd-Unicode
+nulls (in columns and in struct fields), values off their declared set or range, NaN, repeated keys, empty, 20 kB and odd-Unicode
 strings, castable wrong types (int64 for int32, large strings), shards - and the stage runs
 through its real CLI, as Snakemake runs it. Whatever it is given, the stage must either
 
 - exit 0 with its outputs and sidecars consistent: the rejects sidecar holds `rejected` rows, each
   output the rows the report counts, no table with a declared key repeats one, the count invariant
   holds (rows in = rows out + rejected, for the stages without a fan-out invariant of their own),
-  and every input row with a null in a column its table declares not null was rejected on read; or
+  and every input row with a null in a column (or struct field) its table declares not null was
+  rejected on read; or
 - exit non-zero with one line naming the input (`<stage>: error: ...` naming an input, its file,
   or a store the stage reads, such as the image store), no traceback, and nothing left in its
   output folder.
@@ -171,8 +172,8 @@ def value(dtype: pa.DataType, name: str, contract, item: bool = False):
         return st.lists(value(dtype.value_type, name, contract, item=True), max_size=3)
     if pa.types.is_struct(dtype):
         declared = {*contract.values, *contract.ranges, *contract.patterns}  # a struct's field may have a contract of its own
-        return st.fixed_dictionaries({f.name: value(f.type, f"{name}.{f.name}" if f"{name}.{f.name}" in declared else f.name, contract)
-                                      for f in dtype})
+        fields = {f.name: value(f.type, f"{name}.{f.name}" if f"{name}.{f.name}" in declared else f.name, contract) for f in dtype}
+        return st.fixed_dictionaries({k: st.none() | v if f"{name}.{k}" in contract.nullable else v for k, v in fields.items()})
     if pa.types.is_map(dtype):
         return st.dictionaries(st.sampled_from(WORDS), value(dtype.item_type, name, contract), max_size=2).map(list)
     if allowed is not None and (item or not pa.types.is_list(dtype)):
@@ -214,19 +215,43 @@ def off_value(dtype: pa.DataType, name: str, contract):
     return bad.map(lambda v: [v] if pa.types.is_list(dtype) else v)
 
 
+def struct_fields(schema: pa.Schema, contract) -> list[tuple[str, str]]:
+    """(column, field) of every struct field (in a struct column or a list of them) declared not null."""
+    found = []
+    for f in schema:
+        struct = f.type.value_type if pa.types.is_list(f.type) else f.type
+        if pa.types.is_struct(struct):
+            found += [(f.name, g.name) for g in struct if f"{f.name}.{g.name}" not in contract.nullable]
+    return found
+
+
+def has_null_field(row: dict, fields: list[tuple[str, str]]) -> bool:
+    for column, name in fields:
+        value = row[column]
+        if any(item is not None and item[name] is None for item in (value if isinstance(value, list) else [value] if value else [])):
+            return True
+    return False
+
+
 @st.composite
 def table_rows(draw, table: str, max_rows: int = 6) -> tuple[list[dict], int]:
-    """(rows, how many rows have a null in a column declared not null)."""
+    """(rows, how many rows have a null in a column, or a struct field, declared not null)."""
     schema, contract = table_schema(table), table_contract(table)
+    fields = struct_fields(schema, contract)
     offable = sorted(c for c in {*contract.values, *contract.ranges, *contract.patterns} if "." not in c)  # top-level columns
     rows = []
     for _ in range(draw(st.integers(0, max_rows))):
         row = {f.name: draw(st.none() | value(f.type, f.name, contract) if f.name in contract.nullable else value(f.type, f.name, contract))
                for f in schema}
-        spoil = draw(st.sampled_from(["none"] * 5 + ["null", "off", "odd", "repeat"]))  # most rows reach the stage
+        spoil = draw(st.sampled_from(["none"] * 5 + ["null", "null_field", "off", "odd", "repeat"]))  # most rows reach the stage
         if spoil == "null":
             column = draw(st.sampled_from(schema.names))
             row[column] = None
+        elif spoil == "null_field" and fields:
+            column, name = draw(st.sampled_from(fields))
+            items = row[column] if isinstance(row[column], list) else [row[column]]
+            if items and items[0] is not None:
+                items[draw(st.integers(0, len(items) - 1))][name] = None
         elif spoil == "off" and offable:
             column = draw(st.sampled_from(offable))
             row[column] = draw(off_value(schema.field(column).type, column, contract))
@@ -237,7 +262,7 @@ def table_rows(draw, table: str, max_rows: int = 6) -> tuple[list[dict], int]:
         elif spoil == "repeat" and rows and contract.key:
             row.update({k: rows[-1][k] for k in contract.key})
         rows.append(row)
-    bad = sum(1 for row in rows if any(row[f.name] is None for f in schema if f.name not in contract.nullable))
+    bad = sum(1 for row in rows if any(row[f.name] is None for f in schema if f.name not in contract.nullable) or has_null_field(row, fields))
     return rows, bad
 
 

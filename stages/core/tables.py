@@ -15,7 +15,7 @@ list<T>, struct<name:T, ...>, map<K,V>.
 The file also states the table's contract beyond types (all optional):
 
     key: id                         # the column(s) naming a row: unique and never null or empty
-    nullable: [body]                # the columns that may be null; every other column may not
+    nullable: [body, items.caption] # the columns (and struct fields) that may be null; no other may
     values:                         # the allowed values of an enumerated column (of a list's items)
       modality: [text, image]
     range:                          # inclusive bounds of a numeric column (of a list's items);
@@ -33,7 +33,10 @@ With `repeats: same_row`, reading keeps the first of rows equal in every column 
 others (`repeated_rows`), before the contract is checked: a repeated key with other values is
 still a duplicate_id. Its columns must be flat (no list, struct or map).
 
-"Not null" covers a list's items too (a list column that may not be null holds no null item).
+"Not null" covers a list's items too (a list column that may not be null holds no null item), and
+the fields of a struct column (or of a list of structs): each may not be null unless `nullable`
+names it as `<column>.<field>`. A struct column that may be null is checked field by field where
+it is not null.
 Writing checks the data against the schema and the contract, and a mismatch fails with the table
 and column named (a stage that writes a row its own contract forbids is a bug). Reading through
 the runner (stages.core.stage.Context.read) rejects each input row that breaks the contract
@@ -167,7 +170,7 @@ def _load(table: str) -> tuple[pa.Schema, Contract]:
         raise SchemaError(f"{path}: repeats: same_row needs flat columns; {nested_columns} are not")
     for what, columns in (("key", contract.key), ("nullable", contract.nullable), ("values", contract.values),
                           ("range", contract.ranges), ("pattern", contract.patterns)):
-        nested = what in ("values", "range", "pattern")  # these may name a struct's field: "documents.modality"
+        nested = what != "key"  # these may name a struct's field: "documents.modality"
         unknown = sorted(c for c in columns if (_field_type(schema, c) if nested else (c if c in schema.names else None)) is None)
         if unknown:
             raise SchemaError(f"{path}: {what} names columns {unknown} that the table does not have")
@@ -274,6 +277,20 @@ def contract_problems(table: pa.Table, contract: Contract) -> list[tuple[int, st
         if parents is not None and values.null_count:
             rows = pc.filter(parents, values.is_null()).to_numpy()
             claim(rows, "null_column", lambda r, c=name: f"column {c!r} holds a null item")
+    for name in contract.columns:  # null struct fields (where the struct itself is there)
+        struct_type = _item_type(table.schema.field(name).type)
+        if not pa.types.is_struct(struct_type):
+            continue
+        structs, parents = _items(table.column(name))
+        structs = structs.combine_chunks() if isinstance(structs, pa.ChunkedArray) else structs
+        for f in struct_type:
+            if f"{name}.{f.name}" in contract.nullable:
+                continue
+            null = pc.and_(structs.is_valid(), pc.struct_field(structs, f.name).is_null())
+            if pc.any(null).as_py():
+                at = np.flatnonzero(null.to_numpy(zero_copy_only=False))
+                rows = at if parents is None else parents.to_numpy()[at]
+                claim(rows, "null_column", lambda r, c=f"{name}.{f.name}": f"field {c!r} is null")
     for name in contract.key:
         column = table.column(name)
         if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
