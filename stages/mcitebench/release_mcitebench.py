@@ -213,6 +213,8 @@ def run(ctx):
                 for r in rows:
                     e = elements[r["element_id"]]
                     if e["modality"] != "text" and e["id"] not in images:
+                        if e["image_sha256"] is None:  # the contract lets text go without; a figure has its crop
+                            raise Reject("image_missing", f"element {e['id']} ({e['modality']}) names no image")
                         data, width, height = to_jpeg(store.read(e["image_sha256"]), p["jpeg_quality"])
                         path = f"images/{sha256_hex(data)}.jpg"
                         jpeg[path] = data

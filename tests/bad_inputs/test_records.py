@@ -205,11 +205,14 @@ def test_pdf_in_the_store(tmp_path, kind):
 
 
 # --- a release whose images are gone ----------------------------------------------------------
-def test_release_without_images(tmp_path):
-    """The figures and tables of the parsed paper are missing from the image store: their questions
-    are rejected `image_missing`, the text questions are released."""
+@pytest.mark.parametrize("gone", ["files", "names"])
+def test_release_without_images(tmp_path, gone):
+    """The figures and tables of the parsed paper are missing from the image store, or their
+    elements name no image (a null image_sha256, which the contract allows for text): their
+    questions are rejected `image_missing`, the text questions are released."""
     store = ImageStore(tmp_path / "images")
-    el = write(tmp_path / "elements.parquet", paper_elements(store), "mcitebench_elements")
+    elements = paper_elements(store)
+    el = write(tmp_path / "elements.parquet", elements, "mcitebench_elements")
     qas = [
         qa_row(PAPER, "explanation", "How much does the gate contribute?", "See Table 2.", source="t1"),
         qa_row(PAPER, "explanation", "How does accuracy scale?", "Section 4.3 explains it.", source="t2"),
@@ -219,8 +222,11 @@ def test_release_without_images(tmp_path):
               "--output", f"questions={tmp_path}/paired.parquet", "--output", f"evidence={tmp_path}/evidence.parquet",
               "--output", f"pairing_sheet={tmp_path}/pairing_sheet.csv")
     write(tmp_path / "none.parquet", [], "mcitebench_distractors")
-    for image in (tmp_path / "images").rglob("*.png"):
-        image.unlink()
+    if gone == "files":
+        for image in (tmp_path / "images").rglob("*.png"):
+            image.unlink()
+    else:  # the elements the release reads name no image
+        el = write(tmp_path / "unnamed.parquet", [dict(e, image_sha256=None) for e in elements], "mcitebench_elements")
     manifest = tmp_path / "out" / "release.json"
     run_stage("release_mcitebench", "--input", f"questions={tmp_path}/paired.parquet", "--input", f"evidence={tmp_path}/evidence.parquet",
               "--input", f"distractors={tmp_path}/none.parquet", "--input", f"elements={el}", "--output", f"manifest={manifest}",
