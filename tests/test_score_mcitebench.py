@@ -180,3 +180,29 @@ def test_stage_cli_counts_and_missing(tmp_path):
     summary = pq.read_table(tmp_path / "summary.parquet").to_pylist()
     f1 = next(r for r in summary if r["grouping"] == "overall" and r["metric"] == "citation_f1")
     assert f1["value"] == 50.0 and f1["n"] == 2 and f1["missing"] == 1
+
+
+def test_a_sentence_whose_citations_disagree_with_how_they_were_written_rejects_its_response(tmp_path):
+    """split_citations writes `citations` as the distinct labels of `citations_as_written`; a row
+    that breaks this (crafted: labels listed, none as written) would divide by nothing in the
+    reference mean. Its response is rejected naming the sentence; the others are scored."""
+    rows = [response_row("q1", "It rises [1].", ["[1]"]), response_row("q2", "It falls [2].", ["[2]"])]
+    parsed, sentences = [], []
+    for row in rows:
+        p, s = parse_response(row)
+        parsed.append(p)
+        sentences += s
+    broken = next(s for s in sentences if s["response_id"] == rows[1]["id"])
+    broken["citations_as_written"] = []
+    for name, data, table in (("responses", rows, "eval_responses"), ("citations", parsed, "eval_citations"),
+                              ("sentences", sentences, "eval_sentences"), ("citation_judgements", [], "eval_citation_judgements"),
+                              ("answer_judgements", [], "eval_answer_judgements")):
+        write_table(tmp_path / f"{name}.parquet", data, table)
+    STAGE.main([*[a for n in ("responses", "citations", "sentences", "citation_judgements", "answer_judgements")
+                  for a in ("--input", f"{n}={tmp_path / (n + '.parquet')}")],
+                "--output", f"scores={tmp_path / 'scores.parquet'}", "--output", f"summary={tmp_path / 'summary.parquet'}",
+                "--params", json.dumps({"scoring": "reference"})])
+    assert [s["id"] for s in pq.read_table(tmp_path / "scores.parquet").to_pylist()] == [rows[0]["id"]]
+    [reject] = pq.read_table(tmp_path / "scores.parquet.rejects.parquet").to_pylist()
+    assert (reject["id"], reject["reason"]) == (rows[1]["id"], "inconsistent_sentence")
+    assert f"sentence {broken['id']}: citations ['[2]'] are not the distinct labels of citations_as_written []" in reject["detail"]

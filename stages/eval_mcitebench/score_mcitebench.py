@@ -40,7 +40,8 @@ for one candidate model.
 Outputs: scores (eval_scores, one row per response, in the chosen mode), summary (eval_summary,
 not counted: means per scoring mode and grouping overall / type_source / question_type / source /
 modality).
-Rejects: not_parsed (split_citations has no row for the response).
+Rejects: not_parsed (split_citations has no row for the response), inconsistent_sentence (a sentence
+row whose citations are not the distinct labels of its citations_as_written, in order: crafted input).
 Params: scoring (strict | reference).
 """
 from __future__ import annotations
@@ -181,6 +182,10 @@ def run(ctx):
         with ctx.item(response["id"]):
             if response["id"] not in parsed:
                 raise Reject("not_parsed", "split_citations has no row for this response")
+            for s in sentences[response["id"]]:  # split_citations writes the one from the other; a crafted row may not
+                if s["citations"] != list(dict.fromkeys(s["citations_as_written"])):
+                    raise Reject("inconsistent_sentence", f"sentence {s['id']}: citations {s['citations']} are not the distinct labels "
+                                                          f"of citations_as_written {s['citations_as_written']}")
             args = (response, parsed[response["id"]], sentences[response["id"]], judgements[response["id"]], answers.get(response["id"]))
             row = score_response(*args)
             ctx.stats["missing_citation_judgements"] += row["missing_judgements"]
@@ -213,7 +218,8 @@ STAGE = Stage(
     params={"scoring": Param(str, "strict", "strict (our documented choices) or reference (MCiteBench's public scorer's aggregation): the per-response scores' mode",
                              choices=SCORING)},
     run=run,
-    rejects={"not_parsed": "split_citations has no row for the response"},
+    rejects={"not_parsed": "split_citations has no row for the response",
+             "inconsistent_sentence": "a sentence whose citations are not the distinct labels of its citations_as_written"},
 )
 
 if __name__ == "__main__":
