@@ -19,7 +19,10 @@ their rows, not any model's answers (the model layer has its own tests). Fetchin
 fetch mode replay on a bundled WARC, where an unknown url is a `not_in_archive` reject.
 
 A few examples per stage keep the whole run to a few minutes on two cores (CITEFORGE_CONTRACT_EXAMPLES
-raises it for a deeper local run); `-m "not contract"` leaves it out. The stages whose inputs are
+raises it for a deeper local run; CI draws the same examples every run, and CITEFORGE_CONTRACT_SEED=<n>
+draws others: `CITEFORGE_CONTRACT_EXAMPLES=8 CITEFORGE_CONTRACT_SEED=4242 pytest tests/test_stage_contract.py`
+is how release_mcitebench's and score_mcitebench's crafted-row crashes were found); `-m "not contract"`
+leaves it out. The stages whose inputs are
 files rather than tables (dumps, JSONL, releases, WARCs) are listed in FILE_INPUTS with the tests
 that feed them bad files. A stage needs an entry in CASES only for params beyond its model (`llm`,
 on the plain server) and a required name; a new model stage needs none."""
@@ -37,7 +40,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from schema_llm import plain_llm_server
@@ -49,6 +52,7 @@ pytestmark = pytest.mark.contract
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = int(os.environ.get("CITEFORGE_CONTRACT_EXAMPLES", "2"))
+SEED = os.environ.get("CITEFORGE_CONTRACT_SEED")  # other examples than CI's fixed ones (a deeper local hunt)
 ID_POOL = ["k1", "k2", "k3", "reddit:p1/c1"]  # keys and references share a pool, so joins meet and keys repeat
 WORDS = ["Why is the sky blue?", "Blue light scatters most [1].", "Figure 2", "text", "image", "0.5", "https://example.test/a.png"]
 ODD = ["", "\u05dc\u05de\u05d4 \u202eWhy\u202c\u200b the\u200d sky \U0001f30c \U0001f469\u200d\U0001f52c?", "\x00\x01 control", "e\u0301\ufeff",
@@ -388,10 +392,13 @@ def test_stage_keeps_its_contract_under_generated_input(env, name):
     stage_env = Env(env.tmp / name, env.llm_url, env.release, env.tiny_vlm, env.judge_labels)
     stage_env.tmp.mkdir(exist_ok=True)
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate],  # no shrinking: each try is a process
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=SEED is None, database=None, phases=[Phase.explicit, Phase.generate],  # no shrinking: each try is a process
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
     @given(st.data())
     def run(data):
         run_case(stage_env, stage, case_of(stage), data)
+
+    if SEED is not None:
+        run = seed(int(SEED))(run)
 
     run()
