@@ -310,6 +310,33 @@ def test_a_crash_loses_at_most_the_last_batch_and_never_gives_a_wrong_answer(tmp
     assert all(raw == f"answer {key[1:]}" and tokens == int(key[1:]) for key, raw, tokens in rows)
 
 
+OPENER = textwrap.dedent("""
+    import sys, time
+    from stages.core.llm import CallCache, Result
+    start = float(sys.argv[2])
+    time.sleep(max(0.0, start - time.time()))  # every process opens the new file at the same moment
+    cache = CallCache(sys.argv[1])
+    cache.put(sys.argv[3], "openai", "m", "say", Result("answered"))
+    cache.close()
+""")
+
+
+def test_shard_jobs_opening_one_new_cache_at_once_all_open_it(tmp_path):
+    """Shard jobs that start together open one new file at once: switching it to WAL can answer
+    "database is locked" without waiting on busy_timeout (before the open tried again, 12 of 60
+    such starts of six processes failed one). Every opener gets the cache and writes to it."""
+    for trial in range(12):
+        path = tmp_path / f"t{trial}" / "llm.sqlite"
+        start = time.time() + 1.0  # after the interpreters have started
+        openers = [subprocess.Popen([sys.executable, "-c", OPENER, str(path), str(start), f"k{i}"], cwd=REPO,
+                                    stderr=subprocess.PIPE, text=True) for i in range(6)]
+        errors = [o.communicate(timeout=120)[1] for o in openers]
+        assert all(o.returncode == 0 for o in openers), "\n".join(errors)
+        con = sqlite3.connect(path)
+        assert sorted(k for (k,) in con.execute("select key from calls")) == [f"k{i}" for i in range(6)]
+        con.close()
+
+
 HOST_WRITER = textwrap.dedent("""
     import socket, sys
     socket.gethostname = lambda: sys.argv[2]  # this process plays the host named in argv[2]

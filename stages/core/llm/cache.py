@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import socket
 import sqlite3
 import threading
@@ -36,6 +37,8 @@ _HINT = "set llm.cache.path to another file, or llm.cache.mode: off to run witho
 BATCH = 512  # answers per commit
 BATCH_S = 1.0  # or the seconds since the last commit, whichever comes first
 _COLUMNS = "key, backend, model, prompt, raw, p_yes, prompt_tokens, completion_tokens, created, finish_reason"
+OPEN_TIMEOUT_S = 60.0  # how long opening waits on other processes opening or writing the file
+_RACE = re.compile(r"database is locked|database table is locked|duplicate column name")
 
 
 def cache_key(backend: str, model: str, messages: list[dict], images: list[str], kind: str, schema: dict | None, sampling: dict,
@@ -70,29 +73,44 @@ class CallCache:
         self._lock = threading.Lock()
         try:
             self.file.parent.mkdir(parents=True, exist_ok=True)
-            self._con = sqlite3.connect(str(self.file), timeout=60, isolation_level=None, check_same_thread=False)
-            self._con.execute("pragma busy_timeout = 60000")
-            self._con.execute("pragma journal_mode = " + ("delete" if per_host else "wal"))
-            self._con.execute("pragma synchronous = full")
-            self._con.execute(
-                "create table if not exists calls (key text primary key, backend text, model text, prompt text, "
-                "raw text, p_yes real, prompt_tokens integer, completion_tokens integer, created real, finish_reason text)"
-            )
-            columns = {row[1] for row in self._con.execute("pragma table_info(calls)")}
-            if "finish_reason" not in columns:  # a cache written before finish reasons were kept
-                self._con.execute("alter table calls add column finish_reason text")
-            # A read-only file opens without complaint and fails on the first write, after the
-            # model has run: write once now, inside a transaction that is rolled back.
-            self._con.execute("begin immediate")
-            try:
-                self._con.execute("insert or replace into calls (key) values ('')")
-            finally:
-                self._con.execute("rollback")
+            self._con = sqlite3.connect(str(self.file), timeout=OPEN_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            self._con.execute(f"pragma busy_timeout = {int(OPEN_TIMEOUT_S * 1000)}")
+            deadline = time.monotonic() + OPEN_TIMEOUT_S
+            while True:
+                try:
+                    self._prepare()
+                    break
+                except sqlite3.OperationalError as err:
+                    # Shard jobs starting together open one new file at once. Switching it to WAL
+                    # (and a racing schema change) can answer "locked" at once, without waiting
+                    # on busy_timeout; every step is idempotent, so it is tried again.
+                    if not _RACE.search(str(err)) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
         except (sqlite3.Error, OSError) as err:
             self.close()
             raise self._error(err, self.file) from None
         if per_host:
             self._open_others()
+
+    def _prepare(self) -> None:
+        """The file's journal mode, durability and table, checked writable."""
+        self._con.execute("pragma journal_mode = " + ("delete" if self.per_host else "wal"))
+        self._con.execute("pragma synchronous = full")
+        self._con.execute(
+            "create table if not exists calls (key text primary key, backend text, model text, prompt text, "
+            "raw text, p_yes real, prompt_tokens integer, completion_tokens integer, created real, finish_reason text)"
+        )
+        columns = {row[1] for row in self._con.execute("pragma table_info(calls)")}
+        if "finish_reason" not in columns:  # a cache written before finish reasons were kept
+            self._con.execute("alter table calls add column finish_reason text")
+        # A read-only file opens without complaint and fails on the first write, after the
+        # model has run: write once now, inside a transaction that is rolled back.
+        self._con.execute("begin immediate")
+        try:
+            self._con.execute("insert or replace into calls (key) values ('')")
+        finally:
+            self._con.execute("rollback")
 
     def _open_others(self) -> None:
         """Every other host's file, for lookups (a host whose file appears later is read by the next job)."""
