@@ -37,3 +37,16 @@ def test_max_aggregation_beside_majority(tmp_path):
     for r in pq.read_table(cites).to_pylist():
         by_method.setdefault(r["method"], []).append(r["sources"])
     assert by_method == {"attention": [["0"], ["1"]], "attention_max": [["0", "2"], ["2"]]}
+
+
+def test_attention_rows_that_miss_the_source_tokens_reject_the_generation(tmp_path):
+    """Each generated token's pooled row covers every source token: rows of no length under a
+    labelled source (a capture that stored nothing) are bad_capture, not a crash in the vote, and
+    the other generation is attributed."""
+    empty = generation() | {"id": "gen:a:empty", "pooled": [[] for _ in generation()["token_sentence"]]}
+    gens = write_generations(tmp_path / "gens.parquet", [generation(), empty])
+    cites = tmp_path / "cites.parquet"
+    run_stage("attribute_attention", "--input", f"generations={gens}", "--output", f"citations={cites}", "--param", "k=1", "--param", "tau=0.5")
+    assert {r["generation_id"] for r in pq.read_table(cites).to_pylist()} == {generation()["id"]}
+    [reject] = pq.read_table(f"{cites}.rejects.parquet").to_pylist()
+    assert (reject["id"], reject["reason"]) == ("gen:a:empty", "bad_capture") and "x 5 source tokens" in reject["detail"]

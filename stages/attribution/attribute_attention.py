@@ -44,7 +44,7 @@ def run(ctx):
             if len({len(row) for row in gen["pooled"]}) > 1:
                 raise Reject("bad_capture", f"pooled rows of different lengths {sorted({len(row) for row in gen['pooled']})}")
             pooled = np.asarray(gen["pooled"], dtype=np.float32).reshape(len(gen["pooled"]), len(gen["pooled"][0]) if gen["pooled"] else labels.size)
-            if pooled.shape[0] != len(gen["token_sentence"]) or (pooled.size and pooled.shape[1] != labels.size):
+            if pooled.shape != (len(gen["token_sentence"]), labels.size):  # an empty row is a row too: it must match the labels
                 raise Reject("bad_capture", f"pooled {pooled.shape} vs {len(gen['token_sentence'])} tokens x {labels.size} source tokens")
             if labels.size and not (-1 <= labels.min() and labels.max() < len(gen["units"])):
                 raise Reject("bad_capture", f"source labels {labels.min()}..{labels.max()} name no unit of {len(gen['units'])}")
