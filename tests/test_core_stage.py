@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -419,6 +420,48 @@ def test_a_struct_field_is_not_null_unless_declared_so(tmp_path, schema_dir):
         tables.write_table(tmp_path / "w.parquet", [{"id": "e", "parts": [part(None)], "main": None}], "docs")
     (schema_dir / "odd.yaml").write_text("table: odd\ncolumns:\n  id: string\n  parts: list<struct<text:string>>\nnullable: [parts.url]\n")
     with pytest.raises(tables.SchemaError, match=r"nullable names columns \['parts.url'\]"):
+        table_schema("odd")
+
+
+def test_spans_lie_within_their_text_in_order(tmp_path, schema_dir):
+    """`spans: {marks: text}`: each item's [start, end) is a slice of the row's text, counted in
+    characters as Python slices are, in order and not overlapping the one before; any other is the
+    row's bad_value reject on read, naming the span, and a writer that writes one fails. A schema
+    whose span column has no start and end fails when it is loaded."""
+    schema = ("table: docs\nkey: id\ncolumns:\n  id: string\n  text: string\n  marks: list<struct<n:int32, start:int32, end:int32>>\n"
+              "spans:\n  marks: text\n")
+    mark = lambda start, end: {"n": 1, "start": start, "end": end}  # noqa: E731
+    text = "é ![a](image_1) then ![b](image_2)"  # a two-byte character first: offsets count characters
+    spans = [(m.start(), m.end()) for m in re.finditer(r"!\[[^\]]*\]\([^)]*\)", text)]
+    paths = _docs_shards(tmp_path, schema_dir, schema, [[
+        {"id": "a", "text": text, "marks": [mark(*s) for s in spans]},
+        {"id": "b", "text": text, "marks": [mark(spans[0][0], len(text) + 1)]},
+        {"id": "c", "text": text, "marks": [mark(*spans[1]), mark(*spans[0])]},
+        {"id": "d", "text": text, "marks": [mark(-1, 3)]},
+        {"id": "e", "text": "", "marks": []},
+        {"id": "f", "text": "abcdef", "marks": [mark(0, 2), mark(2, 4), mark(4, 4)]},
+    ]])
+    seen: list = []
+
+    def run(ctx):
+        for row in ctx.read("rows").to_pylist():
+            with ctx.item(row["id"]):
+                seen.append(row["id"])
+                ctx.write("out", [row])
+
+    out = tmp_path / "o" / "out.parquet"
+    _run_docs_reader(run, paths, out)
+    assert seen == ["a", "e", "f"]
+    rejects = {r["id"]: (r["reason"], r["detail"]) for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()}
+    assert rejects == {
+        "b": ("bad_value", f"column 'marks' holds the span [2, {len(text) + 1}), which is not within 'text' ({len(text)} characters) (input 'rows', docs0.parquet row 1)"),
+        "c": ("bad_value", f"column 'marks' holds the span [{spans[0][0]}, {spans[0][1]}), which starts before the one before it ends (input 'rows', docs0.parquet row 2)"),
+        "d": ("bad_value", "column 'marks' holds the span [-1, 3), which is not within 'text' (34 characters) (input 'rows', docs0.parquet row 3)"),
+    }
+    with pytest.raises(tables.SchemaError, match=r"row 0 \(g\): bad_value: column 'marks' holds the span \[0, 9\)"):
+        tables.write_table(tmp_path / "w.parquet", [{"id": "g", "text": "abc", "marks": [mark(0, 9)]}], "docs")
+    (schema_dir / "odd.yaml").write_text("table: odd\ncolumns:\n  id: string\n  text: string\n  marks: list<struct<n:int32>>\nspans:\n  marks: text\n")
+    with pytest.raises(tables.SchemaError, match=r"spans: 'marks' must be a list of structs with integer start and end"):
         table_schema("odd")
 
 

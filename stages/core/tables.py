@@ -26,6 +26,10 @@ The file also states the table's contract beyond types (all optional):
 values, range and pattern may name a field of a struct (or list of structs) column:
 `documents.modality: [text, image]`.
 
+    spans:                          # a list<struct<start, end, ...>> column of character offsets
+      output_images: response       # into a text column: each item 0 <= start <= end <= the
+                                    # text's length, in order, none overlapping the one before
+
     repeats: same_row               # a row repeated whole is one row (the shards of a table may
                                     # each hold it: a document two shards retrieved)
 
@@ -141,6 +145,7 @@ class Contract:
     ranges: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     patterns: dict[str, str] = field(default_factory=dict)
     same_row_repeats: bool = False  # `repeats: same_row`: a row repeated whole is read once
+    spans: dict[str, str] = field(default_factory=dict)  # span column -> the text column its offsets index
 
 
 @lru_cache(maxsize=None)
@@ -162,7 +167,7 @@ def _load(table: str) -> tuple[pa.Schema, Contract]:
                         {c: frozenset(v) for c, v in (spec.get("values") or {}).items()},
                         {c: (lo, hi) for c, (lo, hi) in (spec.get("range") or {}).items()},
                         {c: str(rx) for c, rx in (spec.get("pattern") or {}).items()},
-                        spec.get("repeats") == "same_row")
+                        spec.get("repeats") == "same_row", {c: str(t) for c, t in (spec.get("spans") or {}).items()})
     if spec.get("repeats") not in (None, "same_row"):
         raise SchemaError(f"{path}: repeats must be same_row, got {spec.get('repeats')!r}")
     nested_columns = [f.name for f in schema if pa.types.is_nested(f.type)]
@@ -183,6 +188,13 @@ def _load(table: str) -> tuple[pa.Schema, Contract]:
             raise SchemaError(f"{path}: range of column {column!r}, which is {_field_type(schema, column)}, not numeric")
         if column in contract.patterns and not pa.types.is_string(base):
             raise SchemaError(f"{path}: pattern of column {column!r}, which is {_field_type(schema, column)}, not text")
+    for column, text in contract.spans.items():
+        item = _item_type(schema.field(column).type) if column in schema.names else None
+        offsets = item is not None and pa.types.is_list(schema.field(column).type) and pa.types.is_struct(item) and all(
+            item.get_field_index(f) >= 0 and pa.types.is_integer(item.field(f).type) for f in ("start", "end"))
+        if not offsets or text not in schema.names or not pa.types.is_string(schema.field(text).type):
+            raise SchemaError(f"{path}: spans: {column!r} must be a list of structs with integer start and end, "
+                              f"and {text!r} a text column of the table")
     return schema, contract
 
 
@@ -325,6 +337,21 @@ def contract_problems(table: pa.Table, contract: Contract) -> list[tuple[int, st
                                             f"matching {pattern!r}" if pattern is not None else "") if w)
             item = " holds" if parents is not None else " is"
             claim(rows, "bad_value", lambda r, c=name: f"column {c!r}{item} {_show(first[r])}, not {want}")
+    for name, text in contract.spans.items():  # offsets into a text column
+        spans, parents = _items(table.column(name))
+        if not len(spans):
+            continue
+        start, end = (pc.fill_null(pc.struct_field(spans, f), 0).to_numpy(zero_copy_only=False) for f in ("start", "end"))
+        rows = parents.to_numpy()
+        length = pc.fill_null(pc.utf8_length(table.column(text)), 0).to_numpy(zero_copy_only=False)[rows]
+        outside = (start < 0) | (end < start) | (end > length)
+        overlap = np.zeros(len(rows), dtype=bool)
+        overlap[1:] = (rows[1:] == rows[:-1]) & (start[1:] < end[:-1])
+        at = np.flatnonzero(outside | overlap)[::-1]  # the row's first bad span wins below
+        first = {int(rows[i]): (int(start[i]), int(end[i]), int(length[i]), bool(outside[i])) for i in at}
+        claim(rows[at], "bad_value", lambda r, c=name, t=text: (
+            f"column {c!r} holds the span [{first[r][0]}, {first[r][1]}), which "
+            + (f"is not within {t!r} ({first[r][2]} characters)" if first[r][3] else "starts before the one before it ends")))
     if contract.key and n:
         keys = table.select(list(contract.key)).append_column("__row", pa.array(np.arange(n)))
         if taken.any():
