@@ -95,6 +95,14 @@ def _field(record: dict, name: str, kind: type, required: bool = False):
     return value
 
 
+def _is_file(path: Path) -> bool:
+    """Whether `path` names a file; a name no file can have (a NUL, too long) names none."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def item(item_id: str, source: str, image: Path | None, description: str | None, summary: str | None) -> dict:
     """One attr_items row, without reference citations: the source's sentences and where its
     <image> placeholder stood (after the last sentence when the source has none)."""
@@ -104,8 +112,8 @@ def item(item_id: str, source: str, image: Path | None, description: str | None,
         raise Reject("bad_placeholder", str(err)) from None
     if not sentences:
         raise Reject("empty_source", "the source has no sentence")
-    if image is not None and not image.is_file():
-        raise Reject("image_missing", f"image {image} is not a file")
+    if image is not None and not _is_file(image):
+        raise Reject("image_missing", f"image {str(image)[:300]} is not a file")
     return {"id": item_id, "source": source, "sentences": sentences, "image": str(image) if image else None,
             "image_position": (position if position is not None else len(sentences)) if image else None,
             "image_description": description, "reference_summary": summary, "reference_citations": []}
@@ -113,8 +121,11 @@ def item(item_id: str, source: str, image: Path | None, description: str | None,
 
 # ---- jsonl: the project's own format --------------------------------------------------------------
 def _citations(reference: dict, n_sentences: int, has_image: bool) -> list[dict]:
+    citations = reference.get("citations")
+    if citations is not None and not isinstance(citations, list):
+        raise Reject("bad_field", f"reference.citations must be a list, got {type(citations).__name__}")
     out = []
-    for i, entry in enumerate(reference.get("citations") or []):
+    for i, entry in enumerate(citations or []):
         if not isinstance(entry, dict) or not isinstance(entry.get("sentence"), str) or not isinstance(entry.get("sources"), list):
             raise Reject("bad_field", f"reference.citations[{i}] must be {{sentence: str, sources: list}}")
         sources = []
@@ -142,7 +153,11 @@ def parse_item(record, base: Path) -> dict:
     summary = reference.get("summary")
     if summary is not None and not isinstance(summary, str):
         raise Reject("bad_field", "reference.summary must be a string")
-    row = item(item_id, source, (base / image).resolve() if image else None, _field(record, "image_description", str), summary)
+    try:
+        image_path = (base / image).resolve() if image else None
+    except (OSError, ValueError) as err:  # a name no file can have (a NUL)
+        raise Reject("image_missing", f"image {image[:300]!r}: {err}") from None
+    row = item(item_id, source, image_path, _field(record, "image_description", str), summary)
     row["reference_citations"] = _citations(reference, len(row["sentences"]), row["image"] is not None)
     return row
 
