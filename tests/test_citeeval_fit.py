@@ -6,6 +6,7 @@ import csv
 import json
 import random
 
+import pyarrow.parquet as pq
 import pytest
 
 from conftest import run_stage
@@ -27,6 +28,7 @@ def synthetic(rows: int, seed: int, zero_rows: bool, noise: float) -> list[dict]
 
 
 def fit(tmp_path, rows: list[dict]) -> dict:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "human.csv"
     with path.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
@@ -52,3 +54,21 @@ def test_refit_without_actionless_rows_is_flagged(tmp_path):
     assert not got["identifiable"] and got["rank"] == len(ACTIONS)
     for key in ACTIONS:  # only d_k + b is determined by the shares
         assert got["coefficients"][key] + got["coefficients"]["intercept"] == pytest.approx(C[key] + C["intercept"], abs=1e-9)
+
+
+def test_bad_json_lines_are_each_a_reject_and_the_fit_is_the_good_rows(tmp_path):
+    """JSON lines: a line that is not JSON, one that is not an object, a count or rating that is not
+    a finite number (NaN, "inf", an object) and a negative count are each their row's reject; the
+    coefficients are those of the good rows alone."""
+    good = synthetic(120, 4, zero_rows=True, noise=0.0)
+    bad = ['{"id": "b1", "keep": 1', "[1, 2]", '{"id": "b3", "keep": NaN, "rating": 3}', '{"id": "b4", "keep": 1, "rating": "inf"}',
+           '{"id": "b5", "keep": {"x": 1}, "rating": 3}', '{"id": "b6", "keep": -2, "rating": 3}']
+    path = tmp_path / "human.jsonl"
+    path.write_text("\n".join([json.dumps(row) for row in good[:60]] + bad + [json.dumps(row) for row in good[60:]]) + "\n")
+    out = tmp_path / "coefficients.json"
+    run_stage("citeeval_fit", "--input", f"ratings={path}", "--output", f"coefficients={out}")
+    got = json.loads(out.read_text())
+    assert got["n"] == 120 and got["identifiable"]
+    assert got["coefficients"] == pytest.approx(fit(tmp_path / "alone", good)["coefficients"], abs=1e-9)
+    rejects = {r["id"]: r["reason"] for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()}
+    assert rejects == {"row:61": "bad_json", "row:62": "bad_row", "b3": "bad_row", "b4": "bad_row", "b5": "bad_row", "b6": "bad_row"}

@@ -14,13 +14,15 @@ is written with `identifiable: false` (each d_k + b is still determined).
 
 Inputs: ratings (the human ratings file). Outputs: coefficients (JSON: {"coefficients": {...},
 "n", "rmse", "rank", "identifiable"}).
-Rejects: no_rating (an N/A statement), bad_row (counts or rating that are not numbers).
+Rejects: no_rating (an N/A statement), bad_row (not an object, or counts or a rating that are not
+finite numbers, or a negative count), bad_json (a JSON line that is not JSON).
 Params: rating_scale (likert5 | unit).
 """
 from __future__ import annotations
 
 import csv
 import json
+import math
 
 import numpy as np
 
@@ -31,14 +33,33 @@ from stages.core.tables import atomic_write_bytes
 VERSION = "1"
 
 
-def read_rows(path: str) -> list[dict]:
+def read_rows(path: str) -> list:
+    """The file's rows: dicts from a CSV; from JSON lines each line's value, or a JSONDecodeError
+    for a line that is not JSON (one bad line is one reject)."""
     try:
         with open(path, encoding="utf-8") as fh:
             if path.endswith((".jsonl", ".json")):
-                return [json.loads(line) for line in fh if line.strip()]
+                return [_json_line(line) for line in fh if line.strip()]
             return list(csv.DictReader(fh))
-    except (OSError, ValueError) as err:
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise StageError(f"ratings {path}: cannot read: {err}") from None
+
+
+def _json_line(line: str):
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as err:
+        return err
+
+
+def _number(value, what: str) -> float:
+    """A finite number (a CSV cell is text); raises ValueError naming `what` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{what} is {value!r:.80}, not a number")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{what} is {value!r:.80}, not a finite number")
+    return number
 
 
 def features(counts: dict[str, float]) -> list[float]:
@@ -59,15 +80,23 @@ def run(ctx):
     scale = ctx.params["rating_scale"]
     X, y = [], []
     for n, row in enumerate(read_rows(ctx.input_path("ratings")), start=1):
-        with ctx.item(str(row.get("id") or f"row:{n}")):
+        row_id = row.get("id") if isinstance(row, dict) else None
+        with ctx.item(str(row_id) if isinstance(row_id, (str, int)) and not isinstance(row_id, bool) and row_id != "" else f"row:{n}"):
+            if isinstance(row, json.JSONDecodeError):
+                raise Reject("bad_json", f"row {n}: {row.msg} at char {row.pos}")
+            if not isinstance(row, dict):
+                raise Reject("bad_row", f"row {n}: a {type(row).__name__}, not an object")
             rating = row.get("rating")
             if rating in (None, "", "null", "N/A"):
                 raise Reject("no_rating", "an N/A statement: nothing to fit")
             try:
-                counts = {a: float(row.get(a) or 0) for a in ACTIONS}
-                value = float(rating)
-            except (TypeError, ValueError) as err:
+                counts = {a: _number(row.get(a) or 0, a) for a in ACTIONS}
+                value = _number(rating, "rating")
+            except ValueError as err:
                 raise Reject("bad_row", f"row {n}: {err}") from None
+            negative = [a for a, c in counts.items() if c < 0]
+            if negative:
+                raise Reject("bad_row", f"row {n}: negative action counts {negative}")
             X.append(features(counts))
             y.append(likert_to_unit(value) if scale == "likert5" else value)
     if len(y) < len(ACTIONS) + 1:
@@ -90,7 +119,8 @@ STAGE = Stage(
     run=run,
     rejects={
         "no_rating": "an N/A statement: no rating to fit",
-        "bad_row": "the action counts or the rating are not numbers",
+        "bad_row": "not an object, or action counts or a rating that are not finite numbers (counts not negative)",
+        "bad_json": "a JSON line that is not JSON",
     },
 )
 
