@@ -43,3 +43,20 @@ def test_page_images_and_auxiliary_images_with_their_context(tmp_path):
     assert aux["context"] == "snippet 1 (shown on https://gallery.example/1)" and rows["https://img.example/2.jpg"]["context"] == "snippet 2"
     report = json.loads(out.with_name(out.name + ".report.json").read_text())
     assert report["rows_in"] == 4 == report["rows_out"]["refs"] and report["stats"] == {"page_images": 2, "aux_images": 2}
+
+
+def test_an_image_result_with_a_page_elements_id_is_a_duplicate_not_a_failed_write(tmp_path):
+    """Each input's ids are unique, but not the two together: an image result carrying the id of a
+    page image (crafted, or two tools' ids that clash) is a duplicate_id reject; the first is kept."""
+    elements = [{"element_id": "img:1", "page_id": "page:a", "query_id": "q1", "order": 0, "kind": "image", "text": "",
+                 "image_url": "https://a.example/x.jpg", "placeholder": 1, "chars": 0}]
+    results = [{"id": "img:1", "query_id": "q1", "query": "q", "kind": "image", "rank": 1, "url": "https://img.example/1.jpg", "title": "",
+                "snippet": "", "page_url": "", "width": None, "height": None, "provider": "google"}]
+    write_table(tmp_path / "e.parquet", elements, "retrieval_elements")
+    write_table(tmp_path / "r.parquet", results, "retrieval_search_results")
+    out = tmp_path / "refs.parquet"
+    run_stage("gather_images", "--input", f"elements={tmp_path / 'e.parquet'}", "--input", f"results={tmp_path / 'r.parquet'}",
+              "--output", f"refs={out}")
+    assert [r["url"] for r in pq.read_table(out).to_pylist()] == ["https://a.example/x.jpg"]
+    [reject] = pq.read_table(f"{out}.rejects.parquet").to_pylist()
+    assert (reject["id"], reject["reason"]) == ("img:1", "duplicate_id")
