@@ -5,6 +5,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from conftest import run_stage
 from stages.core.tables import write_table
@@ -99,3 +104,27 @@ def test_stage_reports_tell_two_runs_of_one_stage_apart(tmp_path):
         rows = con.execute("select stage, rule, path, rows_in from mavis.stage_reports order by rule").fetchall()
     assert rows == [("cache_images", "cache_images", str(paths[0].resolve()), 3),
                     ("cache_images", "fact_cache_images", str(paths[1].resolve()), 7)]
+
+
+def test_files_that_do_not_read_are_rejected_or_left_out_not_a_crash(tmp_path):
+    """An output file whose Parquet footer does not read (empty, garbage) is its not_parquet reject;
+    a rejects sidecar that does not read and a report sidecar that is not JSON or lacks a field are
+    left out of their views, counted in unreadable_sidecars; the readable files still make the catalog."""
+    folder = tmp_path / "data" / "runs" / "r" / "mavis" / "filter_questions"
+    folder.mkdir(parents=True)
+    good, garbage, empty = (folder / f"questions.0000{k}.parquet" for k in range(3))
+    pq.write_table(pa.table({"id": ["a"]}), good)
+    garbage.write_bytes(b"PAR1 not a table PAR1")
+    empty.write_bytes(b"")
+    (folder / "questions.00000.parquet.rejects.parquet").write_bytes(b"junk")
+    (folder / "questions.00000.parquet.report.json").write_text("{not json")
+    (folder / "questions.00001.parquet.report.json").write_text(json.dumps({"stage": "filter_questions", "rows_in": "many"}))
+    out = tmp_path / "catalog.duckdb"
+    run_stage("build_catalog", *[a for f in (good, garbage, empty) for a in ("--input", f"tables={f}")], "--output", f"catalog={out}")
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("select id from mavis.questions").fetchall() == [("a",)]
+        assert con.execute("select count(*) from information_schema.tables where table_name = 'stage_reports'").fetchone() == (0,)
+    rejects = {r["id"]: r["reason"] for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()}
+    assert rejects == {str(garbage.resolve()): "not_parquet", str(empty.resolve()): "not_parquet"}
+    report = json.loads(Path(f"{out}.report.json").read_text())
+    assert report["stats"]["unreadable_sidecars"] == 3 and report["rows_in"] == 3

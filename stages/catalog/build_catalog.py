@@ -12,7 +12,9 @@ answers from any working directory. Stages never open a shared DuckDB file while
 stage runs after them.
 
 Inputs follow the run layout `data/runs/<run>/<family>/<stage>/<table>[.<shard>].parquet`; a
-file that does not is a reject (`not_in_run_layout`). Evaluation outputs (eval_mcitebench,
+file that does not is a reject (`not_in_run_layout`), and so is a file whose Parquet footer does
+not read (`not_parquet`). A rejects or report sidecar that does not read is left out of its view
+or of `stage_reports`, with a warning, and counted (`unreadable_sidecars`). Evaluation outputs (eval_mcitebench,
 eval_mavis, ...) are inputs like any stage output: the rule (rules/catalog.smk,
 `_catalog_tables`) names all of them under `snakemake evaluate`, which so leaves the catalog
 current, and those that exist otherwise, so the default `release` target never runs an evaluation.
@@ -25,9 +27,12 @@ import json
 import re
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from stages.core.declarations import load_manifest
 from stages.core.release import portable_duckdb_file
-from stages.core.stage import Input, Output, Reject, Stage
+from stages.core.stage import Input, Output, Reject, Stage, log
 
 VERSION = "5"  # 2: evaluation tables; 3: stage_reports name the rule and output path; 4: evaluation tables are inputs; 5: reject_reasons
 _SHARD = re.compile(r"^(?P<table>.+?)(?:\.(?P<shard>\d{5}))?\.parquet$")
@@ -38,6 +43,29 @@ def _layout(path: Path) -> tuple[str, str, str]:
     if not match:
         raise Reject("not_in_run_layout", f"{path} is not a stage output (<table>[.<shard>].parquet)")
     return path.parent.parent.name, path.parent.name, match["table"]
+
+
+def _readable(path: Path) -> str | None:
+    """Why a Parquet file cannot be read (its footer), or None when it can."""
+    try:
+        pq.read_metadata(path)
+    except (OSError, pa.ArrowException) as err:
+        return str(err).splitlines()[0][:300] if str(err) else type(err).__name__
+    return None
+
+
+def _report_row(report_file: Path, rule: str) -> tuple | None:
+    """A stage_reports row from a report sidecar, or None when it is not one (not JSON, a field
+    missing or of another type)."""
+    try:
+        report = json.loads(report_file.read_text())
+        first_output = report_file.with_name(report_file.name.removesuffix(".report.json"))
+        row = (report["stage"], rule, str(first_output), first_output.name, report["rows_in"], json.dumps(report["rows_out"]),
+               report["rejected"], json.dumps(report["rejected_by_reason"]), json.dumps(report.get("stats", {})), report["seconds"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    types = (str, str, str, str, int, str, int, str, str, (int, float))
+    return row if all(isinstance(v, t) and not isinstance(v, bool) for v, t in zip(row, types)) else None
 
 
 def _sql_list(paths: list[Path]) -> str:
@@ -51,6 +79,9 @@ def run(ctx):
         path = Path(raw).resolve()
         with ctx.item(str(path)):
             family, _stage, table = _layout(path)
+            problem = _readable(path)
+            if problem:
+                raise Reject("not_parquet", f"{path}: {problem}")
             views[(family, table)].append(path)
             stage_dirs.add((family, path.parent))
     with portable_duckdb_file(ctx.output_path("catalog")) as con:
@@ -62,18 +93,23 @@ def run(ctx):
             ctx.count_output("catalog", len(paths))
         reports = collections.defaultdict(list)
         for family, folder in sorted(stage_dirs):
-            rejects = sorted(folder.glob("*.rejects.parquet"))
+            rejects = []
+            for sidecar in sorted(folder.glob("*.rejects.parquet")):
+                if _readable(sidecar):  # not an input of this stage: counted and named in the log, left out of the view
+                    log.warning("%s is not a readable Parquet file; left out of %s_rejects", sidecar, folder.name)
+                    ctx.stats["unreadable_sidecars"] += 1
+                else:
+                    rejects.append(sidecar)
             if rejects:
                 con.execute(f'create view "{family}"."{folder.name}_rejects" as select * from read_parquet({_sql_list(rejects)})')
                 ctx.stats["reject_views"] += 1
             for report_file in sorted(folder.glob("*.report.json")):
-                report = json.loads(report_file.read_text())
-                first_output = report_file.with_name(report_file.name.removesuffix(".report.json"))
-                reports[family].append(
-                    (report["stage"], folder.name, str(first_output), first_output.name, report["rows_in"],
-                     json.dumps(report["rows_out"]), report["rejected"], json.dumps(report["rejected_by_reason"]),
-                     json.dumps(report.get("stats", {})), report["seconds"])
-                )
+                row = _report_row(report_file, folder.name)
+                if row is None:
+                    log.warning("%s is not a stage report; left out of stage_reports", report_file)
+                    ctx.stats["unreadable_sidecars"] += 1
+                else:
+                    reports[family].append(row)
         for family, rows in reports.items():
             con.execute(
                 f'create table "{family}".stage_reports (stage varchar, rule varchar, path varchar, output varchar, rows_in bigint, '
@@ -98,7 +134,8 @@ STAGE = Stage(
     outputs={"catalog": Output(None, "the catalog DuckDB file")},
     params={},
     run=run,
-    rejects={"not_in_run_layout": "the file is not a stage output <table>[.<shard>].parquet of the run layout"},
+    rejects={"not_in_run_layout": "the file is not a stage output <table>[.<shard>].parquet of the run layout",
+             "not_parquet": "the file is not a readable Parquet file (its footer does not read)"},
 )
 
 if __name__ == "__main__":
