@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import run_snakemake
+from conftest import run_snakemake, run_stage
 from stages.core.estimate import over_budget
 from stages.core.explain import layered_config
 from stages.core.wiring import load_steps
@@ -113,3 +113,25 @@ def test_budget_stops_a_run_before_a_model_step_that_costs_more(workflow_copy, m
     assert "filter_visual_dependency" in over_budget(wiring(tight), usd / 2, {"filter_visual_dependency"})
     dearer = write(wf, "dearer.yaml", {"prices": {MODEL: {"input_per_mtok": 5, "output_per_mtok": 10}}})
     assert "was made with other settings" in over_budget(wiring(dearer), 1000, {"filter_visual_dependency"})
+
+
+@pytest.mark.parametrize("text, words", [
+    ("rules: [1, 2", "not YAML"),
+    ("- a list", "expected a mapping with `source`"),
+    ("rules:\n  filter_queries: 5\n", "rules.filter_queries is 5, not a mapping of figures"),
+    ("rules:\n  filter_queries: {calls_per_item: -2}\n", "rules.filter_queries.calls_per_item is -2, not a number >= 0"),
+    ("rules:\n  filter_queries: {prompt_tokens_per_call: .nan}\n", "rules.filter_queries.prompt_tokens_per_call is nan"),
+    ("rules:\n  filter_queries: {out_per_item: {filtered_queries: many}}\n", "rules.filter_queries.out_per_item.filtered_queries is 'many'"),
+    ("rules:\n  filter_queries: {calls_per_itme: 2}\n", "rules.filter_queries.calls_per_itme is not a figure the estimate reads"),
+])
+def test_a_profile_edited_wrong_fails_in_one_line_naming_the_key(tmp_path, text, words):
+    """The profile is a file people edit: bad YAML, a figure that is not a number >= 0 and a
+    misspelt key each stop the stage with one line naming the file and the key."""
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(text)
+    out = tmp_path / "estimate.json"
+    result = run_stage("estimate_cost", "--input", f"profile={profile}", "--output", f"estimate={out}",
+                       "--output", f"table={tmp_path / 'estimate.md'}", check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert f"profile {profile}" in last and words in last, last

@@ -25,6 +25,7 @@ printed). Nothing is rejected: rows in = model steps = rows of `estimate`.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -164,12 +165,45 @@ def table(rows: dict[str, dict], other_gpu: list[str], profile_path: str, source
     return "\n".join(lines + notes) + "\n"
 
 
+PROFILE_NUMBERS = ("rows_in", "items", "items_per_row", "calls_per_item", "prompt_tokens_per_call", "completion_tokens_per_call")
+PROFILE_SHARES = ("out_per_item", "roles")  # name -> a number each
+
+
+def read_profile(path: str) -> tuple[bytes, dict]:
+    """The profile's bytes and its mapping, every figure checked: a file a person edits by hand
+    fails with one line naming the file and the key, not later in the arithmetic."""
+    raw = Path(path).read_bytes()
+    try:
+        profile = yaml.safe_load(raw) or {}
+    except yaml.YAMLError as err:
+        raise StageError(f"profile {path}: not YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(profile, dict) or not isinstance(profile.get("rules", {}), dict) or not isinstance(profile.get("source", ""), str):
+        raise StageError(f"profile {path}: expected a mapping with `source` (text) and `rules` (rule -> figures)")
+
+    def number(value, where: str) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise StageError(f"profile {path}: {where} is {value!r:.80}, not a number >= 0")
+
+    for rule, figures in profile.get("rules", {}).items():
+        if not isinstance(figures, dict):
+            raise StageError(f"profile {path}: rules.{rule} is {figures!r:.80}, not a mapping of figures")
+        for key, value in figures.items():
+            if key in PROFILE_NUMBERS:
+                number(value, f"rules.{rule}.{key}")
+            elif key in PROFILE_SHARES and isinstance(value, dict):
+                for name, share in value.items():
+                    number(share, f"rules.{rule}.{key}.{name}")
+            else:
+                raise StageError(f"profile {path}: rules.{rule}.{key} is not a figure the estimate reads "
+                                 f"(numbers: {', '.join(PROFILE_NUMBERS)}; mappings of numbers: {', '.join(PROFILE_SHARES)})")
+    return raw, profile
+
+
 def run(ctx) -> None:
     p = ctx.params
     plan = p["plan"]
     profile_path = ctx.input_path("profile")
-    profile_bytes = Path(profile_path).read_bytes()
-    profile = yaml.safe_load(profile_bytes) or {}
+    profile_bytes, profile = read_profile(profile_path)
     inputs = set(ctx.input_paths("tables")) if ctx.has_input("tables") else set()
     counted = {}
     for key, paths in plan["measured"].items():
