@@ -72,6 +72,7 @@ import re
 from pathlib import Path
 
 from stages.attribution.attribution import IMG, split_source
+from stages.core.images import is_named_file
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.schema_check import read_json
 
@@ -95,14 +96,6 @@ def _field(record: dict, name: str, kind: type, required: bool = False):
     return value
 
 
-def _is_file(path: Path) -> bool:
-    """Whether `path` names a file; a name no file can have (a NUL, too long) names none."""
-    try:
-        return path.is_file()
-    except (OSError, ValueError):
-        return False
-
-
 def item(item_id: str, source: str, image: Path | None, description: str | None, summary: str | None) -> dict:
     """One attr_items row, without reference citations: the source's sentences and where its
     <image> placeholder stood (after the last sentence when the source has none)."""
@@ -112,7 +105,7 @@ def item(item_id: str, source: str, image: Path | None, description: str | None,
         raise Reject("bad_placeholder", str(err)) from None
     if not sentences:
         raise Reject("empty_source", "the source has no sentence")
-    if image is not None and not _is_file(image):
+    if image is not None and not is_named_file(image):
         raise Reject("image_missing", f"image {str(image)[:300]} is not a file")
     return {"id": item_id, "source": source, "sentences": sentences, "image": str(image) if image else None,
             "image_position": (position if position is not None else len(sentences)) if image else None,

@@ -124,6 +124,16 @@ def flatten_to_rgb(im: Image.Image) -> Image.Image:
     return im.convert("RGB")
 
 
+def is_named_file(path: Path) -> bool:
+    """Whether a path a record names (an image beside a release, a dataset's file) is a file. A
+    name no file can have, one holding a NUL or past the file system's length, names none: it is
+    the record's missing file, not an error of the stage."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def pdf_path(store: str | Path, sha256: str) -> Path:
     """Where the PDF store keeps a paper by the sha256 of its bytes (the layout of ImageStore)."""
     return Path(store) / sha256[:2] / f"{sha256}.pdf"

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 import pyarrow.parquet as pq
 
 from stages.core.errors import StageError
+from stages.core.images import is_named_file
 from stages.core.schema_check import read_json
 
 PLACEHOLDER = re.compile(r"!\[([^\]\n]*)\]\(\s*([^)\s]*)\s*\)")
@@ -93,7 +94,7 @@ def _published_file(jsonl: Path, cached_url) -> Path | None:
     if ".." in relative.parts:
         return None
     for root in (jsonl.parent / "images", jsonl.parent.parent / "images", jsonl.parent):
-        if (root / relative).is_file():
+        if is_named_file(root / relative):
             return root / relative
     return None
 

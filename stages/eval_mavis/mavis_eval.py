@@ -28,6 +28,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from stages.core.errors import StageError
+from stages.core.images import is_named_file
 from stages.core.sentences import answer_sentences, line_sentences
 from stages.core.stage import Reject
 
@@ -294,7 +295,7 @@ def model_image(store, folder: Path, row: dict, max_side: int) -> str:
     from PIL import Image
 
     path = folder / row["path"]
-    if not path.is_file():
+    if not is_named_file(path):
         raise Reject("missing_image", f"release image {row['path']} is not in {folder}")
     image = Image.open(path)
     if max(image.size) <= max_side:

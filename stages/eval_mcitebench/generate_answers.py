@@ -33,6 +33,7 @@ Params: model, llm, vision, with_captions, seed, limit, max_tokens.
 """
 from __future__ import annotations
 
+import glob
 import json
 from pathlib import Path
 
@@ -40,7 +41,7 @@ import pyarrow.parquet as pq
 
 from stages.core.ids import content_id, seeded_rng
 from stages.core.evidence import shown
-from stages.core.images import ImageStore
+from stages.core.images import ImageStore, is_named_file
 from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.refs import figure_table_refs
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
@@ -121,9 +122,9 @@ def _item_label(record: dict, content: str, evidence_key: str | None) -> tuple[s
 
 def image_path(folder: Path, pdf_id: str, content: str) -> Path:
     """Where an item's image is: beside the JSONL, or in MCiteBench's per-paper visual resources."""
-    candidates = [folder / content, *sorted(folder.glob(f"visual_resources*/{pdf_id}/{content}"))]
+    candidates = [folder / content, *sorted(folder.glob(f"visual_resources*/{glob.escape(pdf_id)}/{glob.escape(content)}"))]
     for path in candidates:
-        if path.is_file():
+        if is_named_file(path):
             return path
     raise Reject("missing_image", f"{content} is neither at {folder / content} nor under {folder}/visual_resources*/{pdf_id}/")
 
