@@ -216,3 +216,13 @@ def test_cli_help_and_bad_params(tmp_path):
         capture_output=True, text=True,
     )
     assert bad.returncode != 0 and f"{items_path} (table 'owners'): column 'urls' is missing" in bad.stderr
+
+
+def test_the_store_finds_a_file_only_by_a_real_sha256(tmp_path):
+    """A sha256 in a table is data: a key that is not 64 hex digits (a glob such as `ab*`, a path,
+    5,000 characters) finds nothing, not another image's file."""
+    store = ImageStore(tmp_path / "store")
+    digest = store.put(b"not really an image", "jpg")
+    assert store.find(digest) == store.path(digest, "jpg")
+    for key in (digest[:2] + "*", "*", digest[:10] + "?" * 54, "../" + digest, "a" * 5000, digest.upper(), ""):
+        assert store.find(key) is None, key

@@ -16,6 +16,7 @@ image `broken_image`.
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from .stage import Reject
 from .tables import atomic_write_bytes
 
 DEFAULT_ROOT = "data/cache/images"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class ImageStore:
@@ -44,7 +46,10 @@ class ImageStore:
         return digest
 
     def find(self, sha256: str) -> Path | None:
-        """The stored file of a hash, whatever its extension."""
+        """The stored file of a hash, whatever its extension; None for a key that is not a sha256
+        (a table's value is data: `ab*` must not find another image's file)."""
+        if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
+            return None
         matches = sorted((self.root / sha256[:2]).glob(f"{sha256}.*"))
         return matches[0] if matches else None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from stages.core.images import is_named_file
 from stages.core.stage import StageError
 from stages.core.text_index import load_encoder
 
@@ -67,7 +68,7 @@ class Clip:
             for doc in docs:
                 if doc["modality"] == "image":
                     path = folder / "images" / f"{doc['image_sha256']}.jpg"
-                    if not path.is_file():
+                    if not is_named_file(path):
                         raise StageError(f"release {folder}: image of document {doc['doc_id']} is missing ({path})")
                     pixels = self.preprocess(Image.open(path).convert("RGB")).unsqueeze(0).to(self.device)
                     out.append(self._norm(self.model.encode_image(pixels)))
