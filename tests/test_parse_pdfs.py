@@ -262,3 +262,14 @@ def test_wait_ready_rides_out_a_health_check_that_times_out(httpserver, tmp_path
         alive.terminate()
         alive.wait()
     assert len(calls) >= 2
+
+
+def test_a_pdf_hash_no_file_can_be_named_by_is_not_in_the_store(tmp_path):
+    """pdf_sha256 is data: one of 5,000 characters names no file of the store (it was an OSError,
+    the name being past the file system's length); the paper is pdf_not_in_store."""
+    write_table(tmp_path / "papers.parquet", [paper("long", None, tmp_path) | {"pdf_sha256": "ab" * 2500}], "mcitebench_papers")
+    out = tmp_path / "elements.parquet"
+    params = {"pdf_store": str(tmp_path / "pdfs"), "image_store": str(tmp_path / "images"), "server_url": "http://127.0.0.1:9"}
+    run_stage("parse_pdfs", "--input", f"papers={tmp_path / 'papers.parquet'}", "--output", f"elements={out}", "--params", json.dumps(params))
+    [reject] = duckdb.connect().execute(f"select reason from read_parquet('{out}.rejects.parquet')").fetchall()
+    assert reject == ("pdf_not_in_store",)

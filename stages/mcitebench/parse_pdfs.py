@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from tqdm import tqdm
 
-from stages.core.images import ImageStore, pdf_path
+from stages.core.images import ImageStore, is_named_file, pdf_path
 from stages.mcitebench.mineru import MINERU_REJECTS, check_pdf, mineru_service, parse_pdf
 from stages.mcitebench.pdf_layout import build_elements
 from stages.core.stage import Input, Output, Param, Reject, Stage
@@ -42,8 +42,8 @@ def run(ctx) -> None:
             if not paper.get("pdf_sha256"):
                 raise Reject("no_pdf", "the submission has no PDF")
             path = pdf_path(p["pdf_store"], paper["pdf_sha256"])
-            if not path.exists():
-                raise Reject("pdf_not_in_store", str(path))
+            if not is_named_file(path):
+                raise Reject("pdf_not_in_store", str(path)[:300])
             check_pdf(path.read_bytes())
             todo.append(paper)
     if not todo:
