@@ -31,6 +31,24 @@ from .tables import atomic_write_bytes, sweep_stale_temps
 STARTED = time.time()  # temps older than this process are a killed run's
 
 
+def manifest_folder(manifest: Path) -> Path:
+    """The release folder a manifest JSON names ({"path": folder}, as the release stages write it);
+    one StageError line naming the file when it is not one (not JSON, no path, a path that does
+    not read)."""
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise StageError(f"release manifest {manifest}: not a readable JSON file ({err})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("path"), str) or not data["path"]:
+        raise StageError(f"release manifest {manifest} has no 'path' (the release folder)")
+    folder = Path(data["path"])
+    try:
+        folder.stat()
+    except (OSError, ValueError) as err:
+        raise StageError(f"release manifest {manifest}: its path {data['path'][:200]!r} does not read ({type(err).__name__})") from None
+    return folder
+
+
 # DuckDB files we hand to people (releases, the catalog) are written in a storage format that
 # older DuckDB readers, the duckdb CLI included, can open. v1.3.0 is also the newest format whose
 # file header holds nothing random: from v1.4.0 on, DuckDB writes a random 16-byte database

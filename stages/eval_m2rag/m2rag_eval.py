@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from stages.core.errors import StageError
 from stages.core.images import is_named_file
+from stages.core.release import manifest_folder
 from stages.core.schema_check import read_json
 
 PLACEHOLDER = re.compile(r"!\[([^\]\n]*)\]\(\s*([^)\s]*)\s*\)")
@@ -49,10 +50,7 @@ def release_folder(path: str) -> Path:
     if given.suffix == ".jsonl" and given.is_file():
         return given
     if given.suffix == ".json" and given.is_file():
-        manifest = json.loads(given.read_text())
-        if "path" not in manifest:
-            raise StageError(f"release manifest {given} has no 'path'")
-        given = Path(manifest["path"])
+        given = manifest_folder(given)
     if not (given / "parquet").is_dir():
         raise StageError(f"release: {given} has no parquet/ folder (given {path})")
     for table in ("queries", "pages", "elements", "images"):

@@ -21,7 +21,6 @@
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import pyarrow.parquet as pq
 
 from stages.core.errors import StageError
 from stages.core.images import is_named_file
+from stages.core.release import manifest_folder
 from stages.core.sentences import answer_sentences, line_sentences
 from stages.core.stage import Reject
 
@@ -50,10 +50,7 @@ def release_folder(path: str) -> Path:
     """The release folder from its manifest JSON ({"path": folder}), the folder, or its benchmark.duckdb."""
     given = Path(path)
     if given.is_file() and given.suffix == ".json":
-        manifest = json.loads(given.read_text())
-        if "path" not in manifest:
-            raise StageError(f"release manifest {given} has no 'path'")
-        given = Path(manifest["path"])
+        given = manifest_folder(given)
     elif given.is_file():
         given = given.parent
     if not (given / "parquet").is_dir():

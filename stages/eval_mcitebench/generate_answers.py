@@ -44,6 +44,7 @@ from stages.core.evidence import shown
 from stages.core.images import ImageStore, is_named_file
 from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.refs import figure_table_refs
+from stages.core.release import manifest_folder
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.schema_check import read_json
 
@@ -83,10 +84,7 @@ def release_file(path: str) -> Path:
     if given.is_dir():
         found = given / "mcitebench.jsonl"
     elif given.suffix == ".json":
-        manifest = json.loads(given.read_text())
-        if "path" not in manifest:
-            raise StageError(f"release manifest {given} has no 'path'")
-        found = Path(manifest["path"]) / "mcitebench.jsonl"
+        found = manifest_folder(given) / "mcitebench.jsonl"
     else:
         found = given
     if not found.exists():

@@ -201,3 +201,20 @@ def test_a_record_naming_a_file_no_file_system_can_hold(tmp_path, name, monkeypa
     assert [i["shown"] for i in response["inputs"] if i["source"] == "page"][0] == "caption"
     [reject] = pq.read_table(f"{mcitebench_out}.rejects.parquet").to_pylist()
     assert reject["reason"] == "missing_image"
+
+
+@pytest.mark.parametrize("manifest", ["{not json", '["a list"]', '{"path": 7}', json.dumps({"path": "x" * 5000})],
+                         ids=["not_json", "not_an_object", "path_not_text", "path_too_long"])
+@pytest.mark.parametrize("stage", ["generate_answers", "m2rag_generate", "mavis_generate_queries"])
+def test_a_release_manifest_that_is_not_one_stops_in_one_line(tmp_path, stage, manifest):
+    """The evaluations take a release by its manifest ({"path": folder}); a manifest that is not
+    JSON, not an object, or names a path that cannot be read stops the stage in one line naming it."""
+    path = tmp_path / "release.json"
+    path.write_text(manifest)
+    output = "queries" if stage.startswith("mavis") else "responses"
+    result = run_stage(stage, "--input", f"release={path}", "--output", f"{output}={tmp_path / 'out.parquet'}",
+                       "--params", json.dumps({"model": "plain", "llm": {"cache": {"path": str(tmp_path / "c.sqlite")}},
+                                               **({"approach": "single_stage"} if stage == "m2rag_generate" else {})}), check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert f"release manifest {path}" in last, last
