@@ -37,3 +37,21 @@ def test_stage_cli_with_embedded_model(tmp_path):
     for r in got:
         assert r["options"] == labels and r["raw"]
         assert r["correct"] == (r["choice"] == r["gold_letter"]) and r["choice"] in (None, "A", "B", "C", "D", "E")
+
+
+def test_a_single_source_question_without_exactly_one_evidence_item_is_bad_options(tmp_path):
+    """A response marked single-source must show exactly one evidence item among its options; one
+    showing none or two (a crafted or mislabelled row) is bad_options, not a StopIteration, and
+    no model is asked."""
+    labels = ["[1]", "Figure 1", "[2]"]
+    none_marked, two_marked = response_row("q1", "r", ["[1]"], labels), response_row("q2", "r", ["[1]"], labels)
+    none_marked["items"] = [item | {"is_evidence": False} for item in none_marked["items"]]
+    two_marked["items"] = [item | {"is_evidence": item["label"] in ("[1]", "[2]")} for item in two_marked["items"]]
+    write_table(tmp_path / "responses.parquet", [none_marked, two_marked], "eval_responses")
+    out = tmp_path / "probe.parquet"
+    STAGE.main(["--input", f"responses={tmp_path / 'responses.parquet'}", "--output", f"probe={out}",
+                "--params", json.dumps({"model": "smol", "llm": llm_params(tmp_path)})])
+    rejects = {r["id"]: (r["reason"], r["detail"]) for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()}
+    assert rejects == {none_marked["id"]: ("bad_options", "0 evidence items; a single-source question shows exactly one"),
+                       two_marked["id"]: ("bad_options", "2 evidence items; a single-source question shows exactly one")}
+    assert json.loads(Path(f"{out}.report.json").read_text())["stats"].get("llm_calls", 0) == 0

@@ -14,7 +14,8 @@ are not read as input rows and are counted in the report (`not_probed`).
 
 Inputs: responses (eval_responses of the same model: the items and the question).
 Outputs: probe (eval_probe).
-Rejects: bad_options (fewer than 2 or more than 5 items), invalid_answer.
+Rejects: bad_options (fewer than 2 or more than 5 items, or not exactly one evidence item),
+invalid_answer.
 Params: model, llm, vision.
 """
 from __future__ import annotations
@@ -50,6 +51,9 @@ def run(ctx):
         with ctx.item(response["id"]):
             if not 2 <= len(items) <= 5:
                 raise Reject("bad_options", f"{len(items)} items; the probe takes 2-5 options")
+            evidence_items = sum(1 for item in items if item["is_evidence"])
+            if evidence_items != 1:
+                raise Reject("bad_options", f"{evidence_items} evidence items; a single-source question shows exactly one")
             letters = string.ascii_uppercase[: len(items)]
             views, images = shown(items, vision, with_captions=False)
             options = [{**view, "letter": letter} for view, letter in zip(views, letters)]
@@ -86,7 +90,7 @@ STAGE = Stage(
     run=run,
     prompts=("mcitebench_probe_source",),
     rejects={
-        "bad_options": "the response shows fewer than 2 or more than 5 items",
+        "bad_options": "the response shows fewer than 2 or more than 5 items, or not exactly one evidence item",
         "invalid_answer": "the model call failed after the client's retries (not scored)",
     },
 )
