@@ -58,11 +58,12 @@ def test_refit_without_actionless_rows_is_flagged(tmp_path):
 
 def test_bad_json_lines_are_each_a_reject_and_the_fit_is_the_good_rows(tmp_path):
     """JSON lines: a line that is not JSON, one that is not an object, a count or rating that is not
-    a finite number (NaN, "inf", an object) and a negative count are each their row's reject; the
+    a finite number (NaN, "inf", an object, 10^400) and a negative count are each their row's reject; the
     coefficients are those of the good rows alone."""
     good = synthetic(120, 4, zero_rows=True, noise=0.0)
     bad = ['{"id": "b1", "keep": 1', "[1, 2]", '{"id": "b3", "keep": NaN, "rating": 3}', '{"id": "b4", "keep": 1, "rating": "inf"}',
-           '{"id": "b5", "keep": {"x": 1}, "rating": 3}', '{"id": "b6", "keep": -2, "rating": 3}']
+           '{"id": "b5", "keep": {"x": 1}, "rating": 3}', '{"id": "b6", "keep": -2, "rating": 3}',
+           '{"id": "b7", "keep": 1' + "0" * 400 + ', "rating": 3}', '{"id": "b8", "keep": 1' + "0" * 5000 + ', "rating": 3}']
     path = tmp_path / "human.jsonl"
     path.write_text("\n".join([json.dumps(row) for row in good[:60]] + bad + [json.dumps(row) for row in good[60:]]) + "\n")
     out = tmp_path / "coefficients.json"
@@ -71,4 +72,5 @@ def test_bad_json_lines_are_each_a_reject_and_the_fit_is_the_good_rows(tmp_path)
     assert got["n"] == 120 and got["identifiable"]
     assert got["coefficients"] == pytest.approx(fit(tmp_path / "alone", good)["coefficients"], abs=1e-9)
     rejects = {r["id"]: r["reason"] for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()}
-    assert rejects == {"row:61": "bad_json", "row:62": "bad_row", "b3": "bad_row", "b4": "bad_row", "b5": "bad_row", "b6": "bad_row"}
+    assert rejects == {"row:61": "bad_json", "row:62": "bad_row", "b3": "bad_row", "b4": "bad_row", "b5": "bad_row", "b6": "bad_row",
+                       "b7": "bad_row", "row:68": "bad_json"}  # past a double's range; past Python's digit limit

@@ -121,6 +121,7 @@ def test_budget_stops_a_run_before_a_model_step_that_costs_more(workflow_copy, m
     ("rules:\n  filter_queries: 5\n", "rules.filter_queries is 5, not a mapping of figures"),
     ("rules:\n  filter_queries: {calls_per_item: -2}\n", "rules.filter_queries.calls_per_item is -2, not a number >= 0"),
     ("rules:\n  filter_queries: {prompt_tokens_per_call: .nan}\n", "rules.filter_queries.prompt_tokens_per_call is nan"),
+    ("rules:\n  filter_queries: {items: 1" + "0" * 400 + "}\n", "rules.filter_queries.items is 1000"),
     ("rules:\n  filter_queries: {out_per_item: {filtered_queries: many}}\n", "rules.filter_queries.out_per_item.filtered_queries is 'many'"),
     ("rules:\n  filter_queries: {calls_per_itme: 2}\n", "rules.filter_queries.calls_per_itme is not a figure the estimate reads"),
 ])

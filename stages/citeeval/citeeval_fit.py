@@ -34,8 +34,8 @@ VERSION = "1"
 
 
 def read_rows(path: str) -> list:
-    """The file's rows: dicts from a CSV; from JSON lines each line's value, or a JSONDecodeError
-    for a line that is not JSON (one bad line is one reject)."""
+    """The file's rows: dicts from a CSV; from JSON lines each line's value, or the ValueError of a
+    line that does not parse (one bad line is one reject)."""
     try:
         with open(path, encoding="utf-8") as fh:
             if path.endswith((".jsonl", ".json")):
@@ -48,7 +48,7 @@ def read_rows(path: str) -> list:
 def _json_line(line: str):
     try:
         return json.loads(line)
-    except json.JSONDecodeError as err:
+    except ValueError as err:  # not JSON, or an integer past Python's digit limit
         return err
 
 
@@ -56,7 +56,10 @@ def _number(value, what: str) -> float:
     """A finite number (a CSV cell is text); raises ValueError naming `what` otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"{what} is {value!r:.80}, not a number")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past a double's range
+        number = math.inf
     if not math.isfinite(number):
         raise ValueError(f"{what} is {value!r:.80}, not a finite number")
     return number
@@ -82,8 +85,8 @@ def run(ctx):
     for n, row in enumerate(read_rows(ctx.input_path("ratings")), start=1):
         row_id = row.get("id") if isinstance(row, dict) else None
         with ctx.item(str(row_id) if isinstance(row_id, (str, int)) and not isinstance(row_id, bool) and row_id != "" else f"row:{n}"):
-            if isinstance(row, json.JSONDecodeError):
-                raise Reject("bad_json", f"row {n}: {row.msg} at char {row.pos}")
+            if isinstance(row, ValueError):
+                raise Reject("bad_json", f"row {n}: {row.msg} at char {row.pos}" if isinstance(row, json.JSONDecodeError) else f"row {n}: {row}")
             if not isinstance(row, dict):
                 raise Reject("bad_row", f"row {n}: a {type(row).__name__}, not an object")
             rating = row.get("rating")
