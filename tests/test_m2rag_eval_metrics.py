@@ -72,6 +72,9 @@ def test_reference_score_reads_the_json_field_and_never_an_error_body():
     assert reference_score({"status": "failed", "score": None, "raw": body, "error": "backend: HTTP 400 from x"}, 10) is None
     assert reference_score({"status": "failed", "score": None, "raw": "Good. 8/10", "error": "non_json: Expecting value"}, 10) is None
     assert reference_score({"status": "failed", "score": None, "raw": '{"score": "high"}', "error": "schema: 'high' is not of type 'integer'"}, 10) is None
+    huge = {"status": "failed", "score": None, "raw": '{"score": 1' + "0" * 400 + "}", "error": "schema: too large"}
+    assert reference_score(huge, 10) == 1.0  # clamped as the public code clamps (no float of 10**400, which overflows)
+    assert reference_score(huge | {"raw": '{"score": NaN}'}, 10) is None
 
 
 def _judgement(metric, position, score, status="judged", raw=None, error=None):

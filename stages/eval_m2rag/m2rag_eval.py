@@ -112,7 +112,7 @@ def _published_image(jsonl: Path, image: dict, files: dict[str, Path]) -> dict:
 
 def _score(value) -> float | None:
     """A published score (0-10) as a float; None when it is not a finite number (not selected)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and -1e300 < value < 1e300:  # NaN, infinities, 10**400: none
         return float(value)
     return None
 
@@ -336,9 +336,9 @@ def reference_score(row: dict, scale: int) -> float | None:
         value = json.loads(row["raw"]).get("score")
     except (ValueError, TypeError, AttributeError):
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or isinstance(value, float) and math.isnan(value):
         return None
-    return normalise(value, scale)
+    return normalise(value, scale)  # clamped first, as the public code does: 10**400 on 0-10 is 1.0
 
 
 def mean(values: list[float | None]) -> float | None:
