@@ -83,6 +83,8 @@ def run(ctx):
     items = {r["id"]: r for r in ctx.read_rows("source_items")}
     from PIL import Image
 
+    from stages.core.images import DECODED_FORMATS
+
     for gen in gens:
         with ctx.item(gen["id"]):
             units, sources = _source_sentences(gen)
@@ -97,9 +99,9 @@ def run(ctx):
                 if not path:
                     raise Reject("image_missing", f"item {gen['item_id']} has no image in the items input")
                 try:
-                    with Image.open(path) as im:
+                    with Image.open(path, formats=DECODED_FORMATS) as im:
                         image = im.convert("RGB")
-                except (OSError, ValueError) as err:
+                except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
                     raise Reject("image_missing", f"item {gen['item_id']}: {path}: {type(err).__name__}: {err}") from None
                 if not clip:
                     clip.append(Clip(params["clip_model"], params["clip_weights"] or None, device))

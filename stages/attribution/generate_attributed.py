@@ -50,6 +50,8 @@ def caption(runner, image, max_new_tokens: int) -> str:
 def summarise(runner, item: dict, mode: str, params: dict) -> dict:
     from PIL import Image
 
+    from stages.core.images import DECODED_FORMATS
+
     sentences = list(item["sentences"])
     units = [str(i) for i in range(len(sentences))]
     image = None
@@ -57,7 +59,11 @@ def summarise(runner, item: dict, mode: str, params: dict) -> dict:
     if mode != "text":
         if not item["image"]:
             raise Reject("no_image", f"mode {mode} needs an image; item {item['id']} has none")
-        image = Image.open(item["image"]).convert("RGB")
+        try:
+            with Image.open(item["image"], formats=DECODED_FORMATS) as opened:
+                image = opened.convert("RGB")
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:  # gone since attribution_inputs, or not an image
+            raise Reject("no_image", f"item {item['id']}: {item['image']}: {type(err).__name__}: {err}") from None
     if mode == "img_cap":
         cap = caption(runner, image, params["caption_tokens"])
         if not cap:
@@ -127,7 +133,7 @@ STAGE = Stage(
     run=run,
     prompts=("attribution_summarize", "attribution_caption"),
     rejects={
-        "no_image": "an image mode for an item without an image",
+        "no_image": "an image mode for an item without an image, or whose image file does not read as an image",
         "empty_summary": "the model generated no sentence",
         "empty_caption": "img_cap: the model's caption has no sentence",
     },

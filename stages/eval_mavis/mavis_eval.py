@@ -27,7 +27,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from stages.core.errors import StageError
-from stages.core.images import is_named_file
+from stages.core.images import STORED_FORMATS, is_named_file
 from stages.core.release import manifest_folder
 from stages.core.sentences import answer_sentences, line_sentences
 from stages.core.stage import Reject
@@ -281,7 +281,7 @@ def reference_scores(answer: str, gold: str, facts: list[float | None], relevanc
 
 
 # The reason model_image rejects with.
-MODEL_IMAGE_REJECTS = {"missing_image": "an image the release names is not in the release folder"}
+MODEL_IMAGE_REJECTS = {"missing_image": "an image the release names is not in the release folder, or is not an image it keeps (JPEG, PNG, GIF, WEBP)"}
 
 
 def model_image(store, folder: Path, row: dict, max_side: int) -> str:
@@ -294,10 +294,13 @@ def model_image(store, folder: Path, row: dict, max_side: int) -> str:
     path = folder / row["path"]
     if not is_named_file(path):
         raise Reject("missing_image", f"release image {row['path']} is not in {folder}")
-    image = Image.open(path)
-    if max(image.size) <= max_side:
-        return store.put(path.read_bytes(), path.suffix or ".jpg")
-    image.thumbnail((max_side, max_side))
-    buffer = io.BytesIO()
-    image.convert("RGB").save(buffer, format="JPEG", quality=95)
+    try:
+        image = Image.open(path, formats=STORED_FORMATS)  # only the decoders a release's images need (stages/core/images.py)
+        if max(image.size) <= max_side:
+            return store.put(path.read_bytes(), path.suffix or ".jpg")
+        image.thumbnail((max_side, max_side))
+        buffer = io.BytesIO()
+        image.convert("RGB").save(buffer, format="JPEG", quality=95)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:  # what Pillow raises on bytes it cannot read
+        raise Reject("missing_image", f"release image {row['path']} is not an image the release keeps ({err})") from None
     return store.put(buffer.getvalue(), ".jpg")

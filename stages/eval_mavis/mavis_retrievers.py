@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stages.core.images import is_named_file
+from stages.core.images import STORED_FORMATS, is_named_file
 from stages.core.stage import StageError
 from stages.core.text_index import load_encoder
 
@@ -70,7 +70,12 @@ class Clip:
                     path = folder / "images" / f"{doc['image_sha256']}.jpg"
                     if not is_named_file(path):
                         raise StageError(f"release {folder}: image of document {doc['doc_id']} is missing ({path})")
-                    pixels = self.preprocess(Image.open(path).convert("RGB")).unsqueeze(0).to(self.device)
+                    try:
+                        with Image.open(path, formats=STORED_FORMATS) as opened:
+                            image = opened.convert("RGB")
+                    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+                        raise StageError(f"release {folder}: image of document {doc['doc_id']} does not read ({path}: {err})") from None
+                    pixels = self.preprocess(image).unsqueeze(0).to(self.device)
                     out.append(self._norm(self.model.encode_image(pixels)))
                 else:
                     out.append(self._norm(self.model.encode_text(self.tokenizer([doc["text"] or ""]).to(self.device))))

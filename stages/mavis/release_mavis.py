@@ -47,7 +47,7 @@ import pyarrow as pa
 from PIL import Image
 
 from stages.core.dataset_card import reject_rows
-from stages.core.images import ImageStore
+from stages.core.images import STORED_FORMATS, ImageStore
 from stages.core.release import md_table, publish_release, reject_counts
 from stages.core.review import read_sheet
 from stages.core.stage import Input, Output, Param, Stage, StageError
@@ -148,7 +148,7 @@ def copy_images(folder: Path, store: ImageStore, images: pa.Table) -> None:
         if source.suffix.lower() in (".jpg", ".jpeg"):
             shutil.copyfile(source, target)
         else:
-            with Image.open(source) as im:
+            with Image.open(source, formats=STORED_FORMATS) as im:
                 im.convert("RGB").save(target, "JPEG", quality=95)
 
 

@@ -218,3 +218,25 @@ def test_a_release_manifest_that_is_not_one_stops_in_one_line(tmp_path, stage, m
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     last = result.stderr.strip().splitlines()[-1]
     assert f"release manifest {path}" in last, last
+
+
+@pytest.mark.parametrize("content", [b"not an image at all", b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 8 8\nshowpage\n",
+                                     png((1, 2, 3))[:40]], ids=["text", "eps", "truncated_png"])
+def test_an_image_file_that_does_not_read_is_the_records_reject(tmp_path, content):
+    """A release image (MAVIS evaluation) or an item's image (attribution) whose bytes are not an
+    image Pillow may read (text, an EPS file, which Pillow would hand to Ghostscript, a cut PNG) is
+    the record's reject, never a traceback, and no decoder beyond the kept formats runs."""
+    from stages.attribution.generate_attributed import summarise
+    from stages.core.images import ImageStore
+    from stages.core.stage import Reject
+    from stages.eval_mavis.mavis_eval import model_image
+
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "x.jpg").write_bytes(content)
+    with pytest.raises(Reject) as release_image:
+        model_image(ImageStore(tmp_path / "store"), tmp_path, {"path": "images/x.jpg"}, 512)
+    assert release_image.value.reason == "missing_image" and "is not an image the release keeps" in release_image.value.detail
+    item = {"id": "a", "sentences": ["One."], "image": str(tmp_path / "images" / "x.jpg"), "image_position": 1}
+    with pytest.raises(Reject) as item_image:
+        summarise(None, item, "img_raw", {})
+    assert item_image.value.reason == "no_image" and "x.jpg" in item_image.value.detail
