@@ -362,6 +362,21 @@ def _run_docs_reader(run, paths: list[Path], out: Path) -> None:
         [*(f"--input=rows={p}" for p in paths), f"--output=out={out}"])
 
 
+def _kept_and_rejected(tmp_path: Path, paths: list[Path]) -> tuple[list[str], dict[str, tuple[str, str]]]:
+    """(ids of the rows a pass-through stage sees, in order; id -> (reason, detail) of its rejects)."""
+    seen: list = []
+
+    def run(ctx):
+        for row in ctx.read("rows").to_pylist():
+            with ctx.item(row["id"]):
+                seen.append(row["id"])
+                ctx.write("out", [row])
+
+    out = tmp_path / "o" / "out.parquet"
+    _run_docs_reader(run, paths, out)
+    return seen, {r["id"]: (r["reason"], r["detail"]) for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()}
+
+
 def test_a_table_whose_shards_may_share_a_row_reads_a_whole_row_repeat_once(tmp_path, schema_dir):
     """`repeats: same_row` (MAVIS documents: one passage retrieved in two shards): a row equal in
     every column to an earlier one is read once and counted; a repeated key with another value is
@@ -402,18 +417,8 @@ def test_a_struct_field_is_not_null_unless_declared_so(tmp_path, schema_dir):
         {"id": "c", "parts": [], "main": part(None)},
         {"id": "d", "parts": [part("x")], "main": part("m", "u")},
     ]])
-    seen: list = []
-
-    def run(ctx):
-        for row in ctx.read("rows").to_pylist():
-            with ctx.item(row["id"]):
-                seen.append(row["id"])
-                ctx.write("out", [row])
-
-    out = tmp_path / "o" / "out.parquet"
-    _run_docs_reader(run, paths, out)
+    seen, rejects = _kept_and_rejected(tmp_path, paths)
     assert seen == ["a", "d"]
-    rejects = {r["id"]: (r["reason"], r["detail"]) for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()}
     assert rejects == {"b": ("null_column", "field 'parts.text' is null (input 'rows', docs0.parquet row 1)"),
                        "c": ("null_column", "field 'main.text' is null (input 'rows', docs0.parquet row 2)")}
     with pytest.raises(tables.SchemaError, match=r"row 0 \(e\): null_column: field .parts.text. is null"):
@@ -441,18 +446,8 @@ def test_spans_lie_within_their_text_in_order(tmp_path, schema_dir):
         {"id": "e", "text": "", "marks": []},
         {"id": "f", "text": "abcdef", "marks": [mark(0, 2), mark(2, 4), mark(4, 4)]},
     ]])
-    seen: list = []
-
-    def run(ctx):
-        for row in ctx.read("rows").to_pylist():
-            with ctx.item(row["id"]):
-                seen.append(row["id"])
-                ctx.write("out", [row])
-
-    out = tmp_path / "o" / "out.parquet"
-    _run_docs_reader(run, paths, out)
+    seen, rejects = _kept_and_rejected(tmp_path, paths)
     assert seen == ["a", "e", "f"]
-    rejects = {r["id"]: (r["reason"], r["detail"]) for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()}
     assert rejects == {
         "b": ("bad_value", f"column 'marks' holds the span [2, {len(text) + 1}), which is not within 'text' ({len(text)} characters) (input 'rows', docs0.parquet row 1)"),
         "c": ("bad_value", f"column 'marks' holds the span [{spans[0][0]}, {spans[0][1]}), which starts before the one before it ends (input 'rows', docs0.parquet row 2)"),
