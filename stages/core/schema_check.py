@@ -86,6 +86,8 @@ def _problem(err: jsonschema.ValidationError) -> str:
         return f"must match {expected}, got {value!r}"
     if err.validator == "format":
         return f"must be {_FORMAT_WORDS.get(expected, expected)}, got {value!r}"
+    if err.validator == "not" and set(expected) == {"enum"}:
+        return f"must not be any of {json.dumps(expected['enum'])}, got {value!r}"
     if err.validator == "required":
         missing = [key for key in expected if key not in value]
         return f"misses required key(s) {missing}"

@@ -93,23 +93,30 @@ class BadAnswer(Exception):
     comment whose id is not a string): praw would fail on it with a TypeError deep inside."""
 
 
-# What praw's objector needs of each answer it turns into objects (JSON Schema): a Listing of
-# things {kind, data}; a post's or comment's subreddit a string (praw builds a Subreddit of it); a
-# comment's id a string and its replies "" or a Listing; a "more comments" stub's ids strings. The
+# What praw's objector needs of each answer it turns into objects (JSON Schema): a Listing of things
+# {kind, data}; a post's or comment's id and subreddit non-empty strings (praw names the object by
+# its id and builds a Subreddit of the subreddit); its author anything praw builds a Redditor of
+# (null, false, 0, "", [] and {} make praw fail; a name that is not a string is then the rules'
+# bad_field_type); a post's poll_data an object whose options are objects; a comment's post and
+# parent strings and its replies "" or a Listing (praw walks the tree by them); a "more comments"
+# stub's ids strings, its count an int (praw orders stubs by it) and its parent a string. The
 # records' other fields (title, created_utc...) are the harvest's rules' business
 # (stages/mavis/reddit_records.py): they reject a post or comment, not the answer.
 _STR = {"type": "string"}
+_NAME = {"type": "string", "minLength": 1}
+_AUTHOR = {"not": {"enum": [None, False, 0, "", [], {}]}}
 _THING = {
     "type": "object", "required": ["kind", "data"], "properties": {"kind": _STR, "data": {"type": "object"}},
     "allOf": [
         {"if": {"properties": {"kind": {"const": "t3"}}},
-         "then": {"properties": {"data": {"properties": {"subreddit": _STR}}}}},
+         "then": {"properties": {"data": {"required": ["id"], "properties": {"id": _NAME, "subreddit": _NAME, "author": _AUTHOR, "poll_data": {
+             "type": ["object", "null"], "properties": {"options": {"type": ["array", "null"], "items": {"type": "object"}}}}}}}}},
         {"if": {"properties": {"kind": {"const": "t1"}}},
-         "then": {"properties": {"data": {"required": ["id"], "properties": {
-             "id": _STR, "subreddit": _STR, "replies": {"anyOf": [{"const": ""}, {"type": "null"}, {"$ref": "#/$defs/listing"}]}}}}}},
+         "then": {"properties": {"data": {"required": ["id", "link_id", "parent_id", "replies"], "properties": {
+             "id": _NAME, "link_id": _STR, "parent_id": _STR, "subreddit": _NAME, "author": _AUTHOR, "replies": {"anyOf": [{"const": ""}, {"type": "null"}, {"$ref": "#/$defs/listing"}]}}}}}},
         {"if": {"properties": {"kind": {"const": "more"}}},
-         "then": {"properties": {"data": {"required": ["id", "children"], "properties": {
-             "id": _STR, "parent_id": _STR, "children": {"type": "array", "items": _STR}}}}}},
+         "then": {"properties": {"data": {"required": ["id", "children", "count", "parent_id"], "properties": {
+             "id": _STR, "parent_id": _STR, "count": {"type": "integer"}, "children": {"type": "array", "items": _STR}}}}}},
     ],
 }
 _DEFS = {
@@ -253,9 +260,16 @@ def as_record(thing) -> dict:
 
 def top_level_comments(submission, limit: int) -> tuple[list, int]:
     """The post's top-level comments after expanding "more comments" stubs, and how many stubs
-    were left unexpanded past `limit`."""
-    forest = submission.comments  # fetches the comment tree
-    left = forest.replace_more(limit=limit)
+    were left unexpanded past `limit`. Answers of the checked shape can still disagree with each
+    other (a loaded comment whose parent is in no answer): praw stops on those with an assertion
+    or a TypeError deep in its tree walk, which is the answer's fault: BadAnswer."""
+    try:
+        forest = submission.comments  # fetches the comment tree
+        left = forest.replace_more(limit=limit)
+    except (AssertionError, AttributeError, LookupError, TypeError, ValueError) as err:
+        why = ("praw's consistency check failed (a loaded comment whose parent is in no answer)" if isinstance(err, AssertionError)
+               else f"{type(err).__name__}: {err}")
+        raise BadAnswer(f"the comment tree does not hold together: {why}") from None
     return list(forest), len(left)
 
 

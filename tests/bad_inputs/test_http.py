@@ -322,7 +322,19 @@ REDDIT_TREE_CASES = {  # kind -> (the answer to /comments/a or /api/morechildren
                                "bad_answer"),
     "replies_is_a_number": ({"/comments/a": [listing([{"kind": "t3", "data": POST_A}]), listing([{"kind": "t1", "data": {**_comment("c1", "a"), "replies": 7}}])]},
                             "bad_answer"),
+    "morechildren_comment_without_link_id": ({"/api/morechildren": {"json": {"errors": [], "data": {"things": [
+        {"kind": "t1", "data": {k: v for k, v in _comment("c2", "a").items() if k != "link_id"}}]}}}}, "bad_answer"),
+    "morechildren_comment_under_no_comment": ({"/api/morechildren": {"json": {"errors": [], "data": {"things": [
+        {"kind": "t1", "data": _comment("c2", "a", parent="t1_nowhere")}]}}}}, "bad_answer"),
     "morechildren_things_is_a_number": ({"/api/morechildren": {"json": {"errors": [], "data": {"things": 5}}}}, "bad_answer"),
+    "comment_author_is_null": ({"/comments/a": [listing([{"kind": "t3", "data": POST_A}]), listing([{"kind": "t1", "data": {**_comment("c1", "a"), "author": None}}])]},
+                               "bad_answer"),
+    "comment_without_replies": ({"/comments/a": [listing([{"kind": "t3", "data": POST_A}]), listing([
+        {"kind": "t1", "data": {k: v for k, v in _comment("c1", "a").items() if k != "replies"}}])]}, "bad_answer"),
+    "comment_parent_is_a_number": ({"/comments/a": [listing([{"kind": "t3", "data": POST_A}]), listing([{"kind": "t1", "data": {**_comment("c1", "a"), "parent_id": 3}}])]},
+                                   "bad_answer"),
+    "more_count_is_text": ({"/comments/a": [listing([{"kind": "t3", "data": POST_A}]), listing([
+        {"kind": "more", "data": {"count": "two", "name": "t1_c2", "id": "c2", "parent_id": "t3_a", "depth": 0, "children": ["c2"]}}])]}, "bad_answer"),
 }
 
 
@@ -335,7 +347,8 @@ def test_a_reddit_comment_tree_of_another_shape_rejects_its_post(tmp_path, monke
     finally:
         server.stop()
     rejects = rejects_of(posts)
-    assert rejects["reddit:a"][0] == reason and "not of the API's shape" in rejects["reddit:a"][1], rejects["reddit:a"]
+    words = "does not hold together" if kind == "morechildren_comment_under_no_comment" else "not of the API's shape"
+    assert rejects["reddit:a"][0] == reason and words in rejects["reddit:a"][1], rejects["reddit:a"]
     assert "reddit:g" in {p["id"] for p in pq.read_table(posts).to_pylist()}  # the other posts go on
 
 
@@ -346,6 +359,10 @@ REDDIT_LISTING_CASES = {  # kind -> (the answer to /r/askscience/new, words of t
     "child_data_is_a_number": (listing([{"kind": "t3", "data": 5}]), "data.children.0.data must be dict"),
     "no_data": ({"kind": "Listing"}, "misses required key(s) ['data']"),
     "subreddit_is_a_number": (listing([{"kind": "t3", "data": {**POST_A, "subreddit": 5}}]), "data.children.0.data.subreddit must be str"),
+    "post_id_is_empty": (listing([{"kind": "t3", "data": {**POST_A, "id": ""}}]), "data.children.0.data.id must have at least 1"),
+    "subreddit_is_empty": (listing([{"kind": "t3", "data": {**POST_A, "subreddit": ""}}]), "data.children.0.data.subreddit must have at least 1"),
+    "author_is_null": (listing([{"kind": "t3", "data": {**POST_A, "author": None}}]), "data.children.0.data.author must not be any of [null"),
+    "poll_options_are_numbers": (listing([{"kind": "t3", "data": {**POST_A, "poll_data": {"options": [1, 2]}}}]), "poll_data.options.0 must be dict"),
 }
 
 
@@ -363,6 +380,7 @@ def test_a_reddit_listing_of_another_shape_is_one_line(tmp_path, monkeypatch, ki
 
 REDDIT_FIELD_CASES = {  # kind -> (the post's fields, expected reason): the harvest rules judge what praw could read
     "author_is_an_object": ({"author": {"name": "x"}}, "bad_field_type"),
+    "author_is_a_number": ({"author": 5}, "bad_field_type"),
     "title_is_an_object": ({"title": {"t": 1}}, "bad_field_type"),
     "created_is_text": ({"created_utc": "soon"}, "bad_field_type"),
 }
