@@ -197,6 +197,7 @@ class Output:
     help: str = ""
     counted: bool = True  # part of "rows out" in the count invariant
     many: bool = False  # several paths, e.g. one per shard
+    audit: bool = False  # a row for every item judged, rejected ones included (a judge's scores): not an item's output
 
 
 class Reject(Exception):
@@ -481,12 +482,21 @@ class Context:
     @contextlib.contextmanager
     def item(self, item_id: str, counted: bool = True):
         """One input item's scope: counts it as read (unless `counted` is False, for items the
-        stage already counted) and turns a `Reject` raised inside into a recorded reject."""
+        stage already counted) and turns a `Reject` raised inside into a recorded reject. An item
+        is kept or rejected, never both: a stage that wrote rows for an item (to an output other
+        than an audit one) and then rejects it has a bug (its output would hold rows of an item the
+        card counts as rejected), and stops."""
         if counted:
             self.rows_in += 1
+        taken = {key: writer.rows_taken for key, writer in self._writers.items()}
         try:
             yield
         except Reject as rejected:
+            wrote = [name for (name, index), writer in self._writers.items()
+                     if writer.rows_taken > taken.get((name, index), 0) and not self.stage.outputs[name].audit]
+            if wrote:
+                raise StageError(f"internal error: item {item_id!r} was rejected ({rejected.reason}) after rows were written for it "
+                                 f"to {sorted(set(wrote))}") from None
             self.reject(item_id, rejected.reason, rejected.detail)
 
     # outputs ------------------------------------------------------------------------------
@@ -553,7 +563,7 @@ class Context:
         self._file_rows[name] += rows
 
     def rows_out(self, name: str) -> int:
-        written = sum(w.rows_written + len(w._pending) for (n, _), w in self._writers.items() if n == name)
+        written = sum(w.rows_taken for (n, _), w in self._writers.items() if n == name)
         return written + self._file_rows[name]
 
     def check_invariant(self) -> None:

@@ -468,6 +468,11 @@ class TableWriter:
         self._fd, self._tmp = temp_beside(self.path)  # the fd holds the temp's lock until commit/abort
         self._writer = pq.ParquetWriter(self._tmp, schema, compression="zstd")
 
+    @property
+    def rows_taken(self) -> int:
+        """Rows handed to the writer so far, written or waiting for their batch."""
+        return self.rows_written + len(self._pending)
+
     def write(self, row: dict) -> None:
         self._pending.append(row)
         if len(self._pending) >= self.batch_rows:

@@ -114,7 +114,7 @@ STAGE = Stage(
     },
     outputs={
         "questions": Output("mcitebench_questions", "questions that pass the automatic quality check"),
-        "judgements": Output("mcitebench_judgements", "the judge's scores and decision per question", counted=False),
+        "judgements": Output("mcitebench_judgements", "the judge's scores and decision per question", counted=False, audit=True),
         "review_sheet": Output(None, "CSV for human verification: one row per kept sample, decision column to fill"),
     },
     params={

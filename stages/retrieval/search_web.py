@@ -66,7 +66,7 @@ def run(ctx) -> None:
                 seen.add(query_id)
                 if not text.strip():
                     raise Reject("empty_query", f"query {query_id!r} has no text in column {p['text_column']!r}")
-                found = 0
+                rows, counts = [], {}  # written once every kind is answered: a query rejected on its image search keeps no page rows
                 for kind, top_k in wanted:
                     hits = cache.get(provider, kind, text, top_k)
                     if hits is None:
@@ -77,18 +77,20 @@ def run(ctx) -> None:
                         cache.put(provider, kind, text, top_k, hits)
                     else:
                         ctx.stats["cache_hits"] += 1
-                    ctx.stats[f"{kind}_results"] += len(hits)
-                    found += len(hits)
-                    writer.write_many([
+                    counts[kind] = len(hits)
+                    rows.extend(
                         {
                             "id": content_id("result", query_id, kind, hit.url), "query_id": query_id, "query": text,
                             "kind": kind, "rank": hit.rank, "url": hit.url, "title": hit.title, "snippet": hit.snippet,
                             "page_url": hit.page_url, "width": hit.width, "height": hit.height, "provider": provider.name,
                         }
                         for hit in hits
-                    ])
-                if not found:
+                    )
+                if not rows:
                     raise Reject("no_results", f"{provider.name} found nothing for {text[:200]!r} ({', '.join(k for k, _ in wanted)})")
+                writer.write_many(rows)
+                for kind, n in counts.items():
+                    ctx.stats[f"{kind}_results"] += n
                 ctx.stats["queries_with_results"] += 1
     for key, value in fetcher.stats.items():
         ctx.stats[f"fetch_{key}"] = value
