@@ -558,3 +558,31 @@ def test_every_schema_file_states_a_valid_contract():
     for name in names:
         contract = tables.table_contract(name)
         assert set(contract.key) <= set(contract.columns)
+
+
+def test_an_item_is_kept_or_rejected_never_both(tmp_path, schema_dir):
+    """Rows written for an item that is then rejected would sit in the output of an item the card
+    counts as rejected: the stage stops naming the item. An audit output (a row for every item
+    judged, a judge's scores) may hold rows of rejected items."""
+    def run(ctx):
+        for row in _rows(3):
+            with ctx.item(row["id"]):
+                ctx.write("audit", [row])
+                if row["id"] == "t1" and ctx.params["late"]:
+                    ctx.write("out", [row])
+                if row["id"] == "t1":
+                    raise Reject("too_big", "n=1")
+                ctx.write("out", [row])
+
+    stage = Stage("things", "1", None, {}, {"out": Output("things", "kept"), "audit": Output("things", "every judged item", counted=False, audit=True)},
+                  {"late": Param(bool, False, "write t1's row before rejecting it")}, run=run, rejects={"too_big": "n is above the limit"})
+    out, audit = tmp_path / "o" / "things.parquet", tmp_path / "o" / "audit.parquet"
+    stage.main([f"--output=out={out}", f"--output=audit={audit}"])
+    assert [r["id"] for r in pq.read_table(out).to_pylist()] == ["t0", "t2"]
+    assert [r["id"] for r in pq.read_table(audit).to_pylist()] == ["t0", "t1", "t2"]
+    assert [r["id"] for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()] == ["t1"]
+
+    out, audit = tmp_path / "late" / "things.parquet", tmp_path / "late" / "audit.parquet"
+    with pytest.raises(SystemExit, match=r"things: error: internal error: item 't1' was rejected \(too_big\) after rows were written for it to \['out'\]"):
+        stage.main([f"--output=out={out}", f"--output=audit={audit}", "--param", "late=true"])
+    assert list(out.parent.iterdir()) == []

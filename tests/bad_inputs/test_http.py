@@ -139,6 +139,34 @@ def test_searxng_answers(tmp_path):
     assert [r["url"] for r in pq.read_table(out).to_pylist()] == ["https://a.example/"]
 
 
+def test_a_query_whose_image_search_is_a_bad_answer_keeps_none_of_its_page_results(tmp_path):
+    """A query is kept with all its kinds or rejected whole: its page results are not written when
+    its image search then fails (they were, beside its reject)."""
+    def handle(request: Request) -> Response:
+        images = request.args.get("categories") == "images"
+        if request.args["pageno"] != "1":
+            reply = {"results": []}
+        elif images and request.args["q"] == "bad images":
+            reply = {"results": [{"url": "https://a.example/i.png", "img_src": 7, "title": "t", "content": "c"}]}
+        else:
+            reply = {"results": [{"url": f"https://a.example/{'i.png' if images else 'page'}", "img_src": "https://a.example/i.png" if images else "",
+                                  "title": "t", "content": "c"}]}
+        return Response(json.dumps({"query": request.args["q"], **reply}), content_type="application/json")
+
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text(json.dumps({"id": "good", "text": "good images"}) + "\n" + json.dumps({"id": "bad", "text": "bad images"}) + "\n")
+    out = tmp_path / "results.parquet"
+    with HTTPServer(host="127.0.0.1", port=0) as server:
+        server.expect_request("/search").respond_with_handler(handle)
+        params = {"provider": "searxng", "provider_settings": {"endpoint": server.url_for("/")}, "page_top_k": 1, "image_top_k": 1,
+                  "fetch": FETCH, "cache_mode": "off"}
+        run_stage("search_web", "--input", f"queries={queries}", "--output", f"results={out}", "--params", json.dumps(params))
+    assert {k: r for k, (r, _) in rejects_of(out).items()} == {"bad": "bad_answer"}
+    assert sorted((r["query_id"], r["kind"]) for r in pq.read_table(out).to_pylist()) == [("good", "image"), ("good", "page")]
+    stats = report_of(out)["stats"]
+    assert (stats["page_results"], stats["image_results"], stats["queries_with_results"]) == (1, 1, 1)
+
+
 # --- the page reader and the fetch layer (fetch_pages, split_pages) -----------------------------------
 def results_table(path: Path, urls: list[str]) -> dict[str, str]:
     """A search_web table of page results; returns page id -> url."""
