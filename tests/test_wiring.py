@@ -200,3 +200,27 @@ def test_two_tables_of_a_family_under_one_view_name_fail_the_parse():
     wiring.step("mavis_score_again", stage="mavis_retrieval_quality", family="eval_mavis", inputs={"queries": "q", "release": "r"})
     with pytest.raises(WiringError, match="rules mavis_score and mavis_score_again both write eval_mavis.summary"):
         wiring.check_table_names()
+
+
+def test_job_params_run_the_stage_alone(tmp_path):
+    """`explain --rule R --job-params` prints what the README tells a user to hand a stage run by
+    hand: its --params, which the stage accepts as they are (the required question words included)."""
+    import pyarrow.parquet as pq
+
+    from stages.core.tables import table_schema
+
+    done = subprocess.run([sys.executable, "-m", "stages.core.explain", "--rule", "filter_questions", "--job-params"],
+                          cwd=REPO, capture_output=True, text=True, check=True)
+    params = json.loads(done.stdout)
+    assert params["question_words"][:3] == ["what", "why", "how"] and params["min_answer_chars"] == 500
+    (tmp_path / "params.json").write_text(done.stdout)
+    for name, table in (("posts", "reddit_posts"), ("comments", "reddit_comments")):
+        pq.write_table(table_schema(table).empty_table(), tmp_path / f"{name}.parquet")
+    run = subprocess.run([sys.executable, "-m", "stages.mavis.filter_questions", f"--input=posts={tmp_path}/posts.parquet",
+                          f"--input=comments={tmp_path}/comments.parquet", f"--output=questions={tmp_path}/q.parquet",
+                          f"--output=instances={tmp_path}/i.parquet", "--params", str(tmp_path / "params.json")],
+                         cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads((tmp_path / "q.parquet.report.json").read_text())["params"] == params
+    refused = subprocess.run([sys.executable, "-m", "stages.core.explain", "--job-params"], cwd=REPO, capture_output=True, text=True)
+    assert refused.returncode == 2 and "--job-params needs --rule" in refused.stderr

@@ -4,6 +4,7 @@ endpoint each model role calls, and the rules that would run.
     python -m stages.core.explain                                  # the demo (config/demo.yaml on top)
     python -m stages.core.explain --configfile config/recipe_real.yaml
     python -m stages.core.explain --configfile config/recipe_real.yaml --rule filter_entailment_text --json
+    python -m stages.core.explain --rule filter_questions --job-params > params.json   # a job's --params, to run its stage alone
 
 The configuration is layered as Snakemake layers it (stages/core/wiring.py): config/config.yaml
 (`base`), config/demo.yaml only when no --configfile is given (`demo overlay`), each --configfile
@@ -191,6 +192,16 @@ def render(report: dict) -> str:
     return "\n".join(lines)
 
 
+def job_params(rule: dict) -> dict:
+    """The values of the params of a rule's first job; when its jobs differ (a shard's own
+    file, a scope), stderr says which job these are."""
+    jobs = rule["jobs"]
+    values = [{name: param["value"] for name, param in job["params"].items()} for job in jobs]
+    if any(v != values[0] for v in values[1:]):
+        print(f"explain: the params of job {jobs[0]['wildcards']} (its {len(jobs)} jobs differ)", file=sys.stderr)
+    return values[0]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m stages.core.explain", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -201,7 +212,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="the whole report as JSON")
     parser.add_argument("--targets", nargs="+", default=["release", "evaluate"], help="targets of the dry run (default: release evaluate)")
     parser.add_argument("--no-dry-run", action="store_true", help="skip Snakemake's dry run (the rules that would run)")
+    parser.add_argument("--job-params", action="store_true",
+                        help="with --rule: the params its first job gets, as the JSON object its stage's --params reads")
     args = parser.parse_args(argv)
+    if args.job_params and not args.rule:
+        parser.error("--job-params needs --rule")
     config, layers = layered_config(args.configfile, args.config)
     try:
         validate_config(config)
@@ -210,6 +225,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"explain: {err}")
     if args.rule and not report["rules"]:
         sys.exit(f"explain: no rule {args.rule!r} in this configuration")
+    if args.job_params:
+        print(json.dumps(job_params(report["rules"][args.rule]), indent=1, default=str))
+        return
     if not args.no_dry_run:
         report["would_run"] = would_run(args.configfile, args.config, args.targets)
     if args.json:
