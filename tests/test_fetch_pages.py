@@ -7,6 +7,7 @@ import json
 import re
 
 import pyarrow.parquet as pq
+import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
@@ -184,3 +185,15 @@ def test_control_characters_past_one_in_twenty_mean_binary_data():
     assert looks_broken(page + "\x01\x02\x1b\x7f\x0b\x1f\x03") == "6 control characters in the first 107 characters"  # DEL is not one
     assert looks_broken(page + "\t\n\r\f" * 10) is None
     assert looks_broken("x" * 4096 + "\x01" * 500).startswith("no markup")  # only the first 4 KB is looked at
+
+
+def test_a_charset_label_browsers_do_not_know_is_passed_over_as_the_standard_does():
+    from stages.core.pages import Undecodable, decode_html
+
+    page = "<html><head><meta charset='windows-1252'></head><body><p>Au caf\u00e9, na\u00efve \u2013 notes</p></body></html>"
+    assert decode_html(page.encode("cp1252"), "text/html; charset=x-nope") == (page, "cp1252")  # a typo in the header: the meta's
+    assert decode_html(page.encode("cp1252"), "text/html; charset=utf-7") == (page, "cp1252")  # no browser decodes UTF-7
+    utf8 = page.replace("windows-1252", "utf-16")
+    assert decode_html(utf8.encode(), "text/html") == (utf8, "utf-8")  # a <meta> read as ASCII cannot mean UTF-16
+    with pytest.raises(Undecodable, match=r"is not utf-8 \(charset from the default; the header's 'x-nope' passed over; the meta's 'bogus' passed over\)"):
+        decode_html(page.replace("windows-1252", "bogus").encode("cp1252"), "text/html; charset=x-nope")

@@ -13,9 +13,11 @@ reader is trafilatura (favor_recall, tables, formatting, links and images includ
 
 Decoding follows the HTML standard's order: a byte-order mark, then the charset of the
 Content-Type header, then a <meta charset> or http-equiv declaration in the first 4 KB, else
-UTF-8. Labels for latin-1 and ASCII decode as windows-1252, as browsers do. A body that does not
-decode strictly with its charset raises `Undecodable`: no replacement characters slip into a
-benchmark's text.
+UTF-8. As in the standard, a label no browser decodes with (a typo, `x-nope`; UTF-7 and UTF-32,
+which the standard leaves out) is passed over for the next source, and a <meta> declaring UTF-16
+means UTF-8 (the declaration itself was read as ASCII). Labels for latin-1 and ASCII decode as
+windows-1252, as browsers do. A body that does not decode strictly with its charset raises
+`Undecodable`: no replacement characters slip into a benchmark's text.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ _META_CHARSET = re.compile(rb"""<meta[^>]+?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-
 _HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
 _BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 _WINDOWS_1252 = {"latin_1", "iso8859-1", "ascii", "cp1252"}
+_NOT_IN_BROWSERS = {"utf-7", "utf-32", "utf-32-le", "utf-32-be"}  # codecs Python has and the encoding standard leaves out
 _IMAGE = re.compile(r"!\[[^\]]*\]\([^)]+\)")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f]")  # below 32, less tab, newline, carriage return and form feed
 
@@ -40,28 +43,41 @@ class Undecodable(ValueError):
     pass
 
 
+def _browser_codec(label: str) -> str | None:
+    """The codec of a charset label, None for one browsers do not decode with."""
+    try:
+        name = codecs.lookup(label).name
+    except LookupError:
+        return None
+    return None if name in _NOT_IN_BROWSERS else name
+
+
 def declared_charset(body: bytes, content_type: str) -> tuple[str, str]:
-    """(label, where it came from): bom | header | meta | default."""
+    """(codec name, where it came from: bom | header | meta | default, with any label passed over)."""
     for bom, name in _BOMS:
         if body.startswith(bom):
             return name, "bom"
+    passed_over = []
     match = _HEADER_CHARSET.search(content_type or "")
     if match:
-        return match[1], "header"
+        codec = _browser_codec(match[1])
+        if codec:
+            return codec, "header"
+        passed_over.append(f"the header's {match[1]!r}")
     match = _META_CHARSET.search(body[:4096])
     if match:
-        return match[1].decode("ascii", "replace"), "meta"
-    return "utf-8", "default"
+        label = match[1].decode("ascii", "replace")
+        codec = _browser_codec(label)
+        if codec:
+            return ("utf-8" if codec.startswith("utf-16") else codec), "meta" + "".join(f"; {p} passed over" for p in passed_over)
+        passed_over.append(f"the meta's {label!r}")
+    return "utf-8", "default" + "".join(f"; {p} passed over" for p in passed_over)
 
 
 def decode_html(body: bytes, content_type: str) -> tuple[str, str]:
     """(text, codec name). Raises Undecodable naming the charset, where it was declared and the
     first bad byte."""
-    label, where = declared_charset(body, content_type)
-    try:
-        codec = codecs.lookup(label).name
-    except LookupError:
-        raise Undecodable(f"unknown charset {label!r} (from the {where})") from None
+    codec, where = declared_charset(body, content_type)
     if codec in _WINDOWS_1252:
         codec = "cp1252"
     try:

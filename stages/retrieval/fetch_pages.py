@@ -39,7 +39,7 @@ from stages.core.pages import HTML_TYPES, PageStore, Undecodable, count_images, 
 from stages.core.schema_check import answer_problem, read_json
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "1"
+VERSION = "2"
 READER_STOPS = {"http_401", "http_402", "http_429"}
 _TEXT = {"type": ["string", "null"]}
 READER_REPLY = {  # Jina Reader's JSON reply, what read_jina reads of it

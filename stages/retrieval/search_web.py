@@ -34,7 +34,7 @@ from stages.core.queries import query_problem, read_queries
 from stages.core.search import SEARCH_PARAMS, SearchCache, SearchFailed, make_provider
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "1"
+VERSION = "2"
 
 
 def run(ctx) -> None:
