@@ -105,15 +105,17 @@ class BadAnswer(Exception):
 _STR = {"type": "string"}
 _NAME = {"type": "string", "minLength": 1}
 _AUTHOR = {"not": {"enum": [None, False, 0, "", [], {}]}}
+_REPLIES = {"anyOf": [{"const": ""}, {"type": "null"}, {"$ref": "#/$defs/listing"}]}
+_POLL = {"type": ["object", "null"], "properties": {"options": {"type": ["array", "null"], "items": {"type": "object"}}}}
 _THING = {
     "type": "object", "required": ["kind", "data"], "properties": {"kind": _STR, "data": {"type": "object"}},
     "allOf": [
         {"if": {"properties": {"kind": {"const": "t3"}}},
-         "then": {"properties": {"data": {"required": ["id"], "properties": {"id": _NAME, "subreddit": _NAME, "author": _AUTHOR, "poll_data": {
-             "type": ["object", "null"], "properties": {"options": {"type": ["array", "null"], "items": {"type": "object"}}}}}}}}},
+         "then": {"properties": {"data": {"required": ["id"], "properties": {
+             "id": _NAME, "subreddit": _NAME, "author": _AUTHOR, "poll_data": _POLL}}}}},
         {"if": {"properties": {"kind": {"const": "t1"}}},
          "then": {"properties": {"data": {"required": ["id", "link_id", "parent_id", "replies"], "properties": {
-             "id": _NAME, "link_id": _STR, "parent_id": _STR, "subreddit": _NAME, "author": _AUTHOR, "replies": {"anyOf": [{"const": ""}, {"type": "null"}, {"$ref": "#/$defs/listing"}]}}}}}},
+             "id": _NAME, "link_id": _STR, "parent_id": _STR, "subreddit": _NAME, "author": _AUTHOR, "replies": _REPLIES}}}}},
         {"if": {"properties": {"kind": {"const": "more"}}},
          "then": {"properties": {"data": {"required": ["id", "children", "count", "parent_id"], "properties": {
              "id": _STR, "parent_id": _STR, "count": {"type": "integer"}, "children": {"type": "array", "items": _STR}}}}}},
