@@ -20,7 +20,8 @@ runner's contract reasons, stages.core.queries), `empty_query` (blank text), `du
 id seen before), `no_results` (the provider answered and found nothing of any asked kind),
 `http_<status>` (the provider refused this query's request: 414 for a query too long for a url,
 400...), `bad_answer` (the provider's JSON for this query is not of its API's shape: a url that is a
-number, a title that is an object). Quota, rate-limit and key errors, an unreachable provider, a
+number, a title that is an object). A query is kept with every kind it asks for or rejected whole:
+its page results are not written when its image search is then rejected. Quota, rate-limit and key errors, an unreachable provider, a
 reply that is not JSON and a replay archive missing a request stop the job with one line naming the
 provider: never an empty result.
 Invariant: queries in = queries with results + rejected.
