@@ -222,3 +222,38 @@ def test_a_long_stage_line_stays_clear_of_the_legend_and_rejects_are_not_grey():
     assert all(not text.get_window_extent().overlaps(legend) for text in ax.texts)
     greys = {to_hex(h.get_facecolor()) for h in ax.get_legend().legend_handles if h.get_label().startswith("rejected:")} & {"#888888", "#7f7f7f", "#c7c7c7"}
     assert not greys
+
+
+@pytest.mark.parametrize("field, value", [("rows_in", "3"), ("rows_in", float("nan")), ("rejected", True), ("seconds", -1.0),
+                                          ("rejected_by_reason", [["empty_text", 1]]), ("rejected_by_reason", {"empty_text": "two"}),
+                                          ("rows_out", {"index": float("inf")}), ("rows_out", {"index": 1e300})])
+def test_a_sidecar_whose_counts_are_no_counts_is_a_bad_report(tmp_path, field, value):
+    """A sidecar is read from disk: a count of another type (text, a bool, NaN, infinity, a
+    negative number, pairs for a mapping) rejects that sidecar; the others are drawn."""
+    for step, report in (("build_text_index", {"rows_in": 7}), ("split_pages", {field: value})):
+        (tmp_path / step).mkdir()
+        (tmp_path / step / "out.parquet").write_bytes(b"")
+        (tmp_path / step / "out.parquet.report.json").write_text(json.dumps({
+            "stage": step, "version": "1", "params": {}, "rows_in": 7, "rows_out": {"index": 1}, "rejected": 0,
+            "rejected_by_reason": {}, "stats": {}, "seconds": 1.0, **report}))
+    run_stage("report_funnel", *[f"--input=outputs={tmp_path / step / 'out.parquet'}" for step in ("build_text_index", "split_pages")],
+              f"--output=funnel={tmp_path / 'funnel.svg'}", f"--output=stages={tmp_path / 'stages.svg'}", f"--output=card={tmp_path / 'card.html'}",
+              "--params", json.dumps({"family": "retrieval"}))
+    assert "build_text_index: read 7; wrote index 1; rejected 0" in (tmp_path / "funnel.svg").read_text()
+    import pyarrow.parquet as pq
+
+    rejects = pq.read_table(tmp_path / "funnel.svg.rejects.parquet").to_pylist()
+    assert [r["reason"] for r in rejects] == ["bad_report"] and "split_pages" in rejects[0]["id"], rejects
+
+
+def test_a_release_manifest_without_its_card_fails_in_one_line(tmp_path):
+    (tmp_path / "step").mkdir()
+    (tmp_path / "step" / "out.parquet").write_bytes(b"")
+    (tmp_path / "step" / "out.parquet.report.json").write_text(json.dumps({
+        "stage": "step", "rows_in": 1, "rows_out": {"out": 1}, "rejected": 0, "rejected_by_reason": {}, "seconds": 1.0}))
+    (tmp_path / "release.json").write_text(json.dumps({"name": "x", "version": "v1", "path": str(tmp_path / "nowhere")}))
+    result = run_stage("report_funnel", f"--input=outputs={tmp_path / 'step' / 'out.parquet'}", f"--input=release={tmp_path / 'release.json'}",
+                       f"--output=funnel={tmp_path / 'o' / 'funnel.svg'}", f"--output=stages={tmp_path / 'o' / 'stages.svg'}",
+                       f"--output=card={tmp_path / 'o' / 'card.html'}", check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(f"report_funnel: error: input 'release': {tmp_path / 'release.json'} is not a release manifest")

@@ -31,14 +31,21 @@ import io
 import json
 from pathlib import Path
 
-from stages.core.stage import Input, Output, Param, Reject, Stage
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "5"  # 2: one bar per output folder (a stage run twice is two steps); 3: rows out per output, rows not carried on; 4: release optional; 5: legend below the axes
+VERSION = "6"  # 2: one bar per output folder (a stage run twice is two steps); 3: rows out per output, rows not carried on; 4: release optional; 5: legend below the axes; 6: counts checked
 _NUMBERS = ("rows_in", "rejected", "seconds")
+_MOST = 2**53  # no run counts more rows (or seconds) than a double holds exactly
 # Stages that read rows and leave some behind by design, neither written on nor rejected, and the
 # stats their reports count them in.
 NOT_CARRIED_ON = {"sample_queries": ("not_sampled", "others_only"), "sample_annotation": ("not_eligible", "not_sampled")}
+
+
+def _is_count(value) -> bool:
+    """A count or a number of seconds as a stage's report writes it: a number >= 0 (not a bool,
+    NaN or past what any run counts)."""
+    return type(value) in (int, float) and 0 <= value <= _MOST
 
 
 def _read(path: Path) -> dict:
@@ -47,10 +54,12 @@ def _read(path: Path) -> dict:
         if not isinstance(report, dict) or not isinstance(report.get("stage"), str):
             raise ValueError("no stage name")
         for key in _NUMBERS:
-            float(report[key])
-        dict(report["rejected_by_reason"])
-        if not all(isinstance(v, (int, float)) for v in dict(report.get("rows_out", {})).values()):
-            raise ValueError("rows_out is not a count per output")
+            if not _is_count(report[key]):
+                raise ValueError(f"{key} is {report[key]!r}, not a number >= 0")
+        for key in ("rows_out", "rejected_by_reason"):
+            counts = report.get(key, {}) if key == "rows_out" else report[key]
+            if not isinstance(counts, dict) or not all(_is_count(n) for n in counts.values()):
+                raise ValueError(f"{key} is not a count per name: {str(counts)[:200]}")
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise Reject("bad_report", f"{path}: {err}") from None
     return report
@@ -73,7 +82,8 @@ def collect(ctx) -> list[dict]:
                 stage[key] += report[key]
             stage["rows_out"].update(report.get("rows_out", {}))
             stage["reasons"].update(report["rejected_by_reason"])
-            stage["stats"].update({k: v for k, v in report.get("stats", {}).items() if isinstance(v, (int, float))})
+            stats = report.get("stats")
+            stage["stats"].update({k: v for k, v in stats.items() if _is_count(v)} if isinstance(stats, dict) else {})
             ctx.count_output("funnel", 1)
     return sorted(stages.values(), key=lambda s: s["first"])
 
@@ -175,12 +185,16 @@ def card_html(family: str, manifest: str | None) -> str:
     if manifest is None:
         return (f"<!doctype html><html><head><meta charset='utf-8'><title>{family}</title></head><body>"
                 f"<p>{family} has no release: its stages feed the families' or stand on their own (see its funnel).</p></body></html>")
-    release = json.loads(Path(manifest).read_text())
-    text = (Path(release["path"]) / "README.md").read_text()
+    try:
+        release = json.loads(Path(manifest).read_text())
+        text = (Path(release["path"]) / "README.md").read_text()
+        title = f"{release['name']} {release['version']}"
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise StageError(f"input 'release': {manifest} is not a release manifest whose card can be read ({type(err).__name__}: {err})") from None
     if text.startswith("---\n"):
         text = text.split("---\n", 2)[2]
     body = MarkdownIt("commonmark").enable("table").render(text)
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{release['name']} {release['version']}</title>"
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
             "<style>body{font-family:sans-serif;max-width:60em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
             f"</head><body><p><code>{release['path']}</code></p>{body}</body></html>")
 
