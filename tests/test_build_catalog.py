@@ -128,3 +128,24 @@ def test_files_that_do_not_read_are_rejected_or_left_out_not_a_crash(tmp_path):
     assert rejects == {str(garbage.resolve()): "not_parquet", str(empty.resolve()): "not_parquet"}
     report = json.loads(Path(f"{out}.report.json").read_text())
     assert report["stats"]["unreadable_sidecars"] == 3 and report["rows_in"] == 3
+
+
+def test_a_report_whose_counts_do_not_fit_its_columns_is_left_out(tmp_path):
+    """stage_reports holds BIGINT counts and JSON: a sidecar counting past a BIGINT or below 0, or
+    holding NaN or infinity, is left out and counted (it crashed the insert, or stored text that is
+    no JSON); a plain one beside it is kept."""
+    folder = tmp_path / "data" / "runs" / "r" / "mavis" / "filter_questions"
+    folder.mkdir(parents=True)
+    base = {"stage": "filter_questions", "rows_in": 1, "rows_out": {"questions": 1}, "rejected": 0, "rejected_by_reason": {}, "stats": {}, "seconds": 1.0}
+    odd = [{"rows_in": 10**30}, {"rejected": -1}, {"stats": {"x": float("nan")}}, {"rejected_by_reason": {"a": float("inf")}}, {"seconds": float("nan")}, {}]
+    tables = []
+    for k, fields in enumerate(odd):
+        table = folder / f"questions.{k:05d}.parquet"
+        pq.write_table(pa.table({"id": [f"q{k}"]}), table)
+        (folder / f"{table.name}.report.json").write_text(json.dumps({**base, **fields}))
+        tables += ["--input", f"tables={table}"]
+    out = tmp_path / "catalog.duckdb"
+    run_stage("build_catalog", *tables, "--output", f"catalog={out}")
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("select output, stats from mavis.stage_reports").fetchall() == [("questions.00005.parquet", "{}")]
+    assert json.loads(Path(f"{out}.report.json").read_text())["stats"]["unreadable_sidecars"] == 5

@@ -23,7 +23,9 @@ Invariant: input files = files exposed by a view + rejected files.
 from __future__ import annotations
 
 import collections
+import functools
 import json
+import math
 import re
 from pathlib import Path
 
@@ -34,7 +36,7 @@ from stages.core.declarations import load_manifest
 from stages.core.release import portable_duckdb_file
 from stages.core.stage import Input, Output, Reject, Stage, log
 
-VERSION = "5"  # 2: evaluation tables; 3: stage_reports name the rule and output path; 4: evaluation tables are inputs; 5: reject_reasons
+VERSION = "6"  # 2: evaluation tables; 3: stage_reports name the rule and output path; 4: evaluation tables are inputs; 5: reject_reasons; 6: a report whose counts do not fit is left out
 _SHARD = re.compile(r"^(?P<table>.+?)(?:\.(?P<shard>\d{5}))?\.parquet$")
 
 
@@ -56,16 +58,20 @@ def _readable(path: Path) -> str | None:
 
 def _report_row(report_file: Path, rule: str) -> tuple | None:
     """A stage_reports row from a report sidecar, or None when it is not one (not JSON, a field
-    missing or of another type)."""
+    missing or of another type, a count outside a BIGINT or below 0, NaN or infinity anywhere)."""
     try:
         report = json.loads(report_file.read_text())
         first_output = report_file.with_name(report_file.name.removesuffix(".report.json"))
-        row = (report["stage"], rule, str(first_output), first_output.name, report["rows_in"], json.dumps(report["rows_out"]),
-               report["rejected"], json.dumps(report["rejected_by_reason"]), json.dumps(report.get("stats", {})), report["seconds"])
+        as_json = functools.partial(json.dumps, allow_nan=False)  # the json columns hold JSON, which has no NaN
+        row = (report["stage"], rule, str(first_output), first_output.name, report["rows_in"], as_json(report["rows_out"]),
+               report["rejected"], as_json(report["rejected_by_reason"]), as_json(report.get("stats", {})), report["seconds"])
     except (OSError, ValueError, TypeError, KeyError):
         return None
     types = (str, str, str, str, int, str, int, str, str, (int, float))
-    return row if all(isinstance(v, t) and not isinstance(v, bool) for v, t in zip(row, types)) else None
+    if not all(isinstance(v, t) and not isinstance(v, bool) for v, t in zip(row, types)):
+        return None
+    counts_fit = all(0 <= n < 2**63 for n in (row[4], row[6])) and math.isfinite(row[9]) and row[9] >= 0
+    return row if counts_fit else None
 
 
 def _sql_list(paths: list[Path]) -> str:
