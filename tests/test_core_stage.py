@@ -586,3 +586,20 @@ def test_an_item_is_kept_or_rejected_never_both(tmp_path, schema_dir):
     with pytest.raises(SystemExit, match=r"things: error: internal error: item 't1' was rejected \(too_big\) after rows were written for it to \['out'\]"):
         stage.main([f"--output=out={out}", f"--output=audit={audit}", "--param", "late=true"])
     assert list(out.parent.iterdir()) == []
+
+
+def test_a_report_sidecar_is_read_field_by_field(tmp_path):
+    """Report stages read other stages' sidecars from disk: each field is kept only when it is of
+    its type, so a hand-edited or broken sidecar shows as blanks, never as a crash or a wrong count."""
+    from stages.core.stage import read_report
+
+    out = tmp_path / "responses.parquet"
+    assert read_report(out) == {}  # none written
+    for broken in ("{not json", "[1, 2]", "\x00"):
+        Path(f"{out}.report.json").write_text(broken)
+        assert read_report(out) == {}
+    Path(f"{out}.report.json").write_text(json.dumps({
+        "stage": "generate_answers", "rows_in": True, "rejected": 3, "params": {"model": "m"}, "rows_out": {"responses": 4, "odd": "4"},
+        "rejected_by_reason": [["invalid_answer", 3]], "stats": {"llm_calls": 7, "nan": float("nan"), "huge": 1e300, "below": -1}}))
+    assert read_report(out) == {"stage": "generate_answers", "rejected": 3, "params": {"model": "m"}, "rows_out": {"responses": 4},
+                                "stats": {"llm_calls": 7}}

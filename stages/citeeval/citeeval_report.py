@@ -24,13 +24,12 @@ Params: title.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 
 from stages.citeeval.citeeval import STATUSES
 from stages.core.release import check_row_counts, covered, load_table, md_table, portable_duckdb_file
-from stages.core.stage import Input, Output, Param, Stage
+from stages.core.stage import Input, Output, Param, Stage, read_report
 from stages.core.tables import atomic_write_bytes
 
 VERSION = "3"  # 2: statement and response level, rules per mode; 3: coverage (k/n) beside every score, n/a when nothing was rated
@@ -108,7 +107,7 @@ def _sidecars(ctx, name: str) -> list[dict]:
     """The stage reports (rows in, rejected, model calls) of an input's files, in file order."""
     if not ctx.has_input(name):
         return []
-    return [json.loads(side.read_text()) if side.exists() else {} for side in (Path(f"{p}.report.json") for p in ctx.input_paths(name))]
+    return [read_report(path) for path in ctx.input_paths(name)]
 
 
 def coverage(con, ctx) -> str:

@@ -658,6 +658,33 @@ class Context:
         return None
 
 
+def read_report(output: str | os.PathLike) -> dict:
+    """The report sidecar the runner wrote beside an output (`<output>.report.json`), for a stage
+    that reports on another's run: only the fields of their type are kept (counts: ints >= 0 that
+    a BIGINT holds; rows_out, rejected_by_reason and stats: name -> such a number; params: an
+    object; stage: a string), {} when there is none or it is not JSON. A report stage then shows a
+    blank, never a wrong number or a crash."""
+    side = Path(f"{output}.report.json")
+    try:
+        report = json.loads(side.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as err:
+        log.warning("%s is not a stage report (%s); read as none", side, err)
+        return {}
+    if not isinstance(report, dict):
+        return {}
+
+    def count(value, kinds=(int, float)) -> bool:
+        return type(value) in kinds and 0 <= value < 2**63  # NaN fails the comparison
+
+    kept: dict[str, Any] = {k: report[k] for k in ("rows_in", "rejected") if count(report.get(k), (int,))}
+    kept |= {k: {n: v for n, v in report[k].items() if count(v)} for k in ("rows_out", "rejected_by_reason", "stats")
+             if isinstance(report.get(k), dict)}
+    kept |= {k: report[k] for k, kind in (("params", dict), ("stage", str)) if isinstance(report.get(k), kind)}
+    return kept
+
+
 def running_stage() -> Stage | None:
     """The stage whose `run` is executing in this process, if any."""
     return _RUNNING[-1] if _RUNNING else None

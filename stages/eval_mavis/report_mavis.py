@@ -30,13 +30,12 @@ Params: title.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from stages.eval_mavis.mavis_eval import METHODS, SETTINGS
 from stages.core.plots import grouped_bars
 from stages.core.release import check_row_counts, covered, insert_rows, load_table, md_table, portable_duckdb_file
-from stages.core.stage import Input, Output, Param, Stage
+from stages.core.stage import Input, Output, Param, Stage, read_report
 from stages.core.tables import atomic_write_bytes
 
 VERSION = "3"  # 2: splits, Tables 3 and 6; 3: coverage (k/n) beside every number, n/a when nothing was judged
@@ -115,9 +114,9 @@ def plot(summary: dict, combos: list[tuple[str, str, str, str]], metrics: tuple[
 def coverage_rows(con, responses_paths: list[str]) -> list[tuple]:
     rows = []
     for path in responses_paths:
-        sidecar = Path(f"{path}.report.json")
-        report = json.loads(sidecar.read_text()) if sidecar.exists() else {}
-        model = report.get("params", {}).get("model") or Path(path).stem
+        report = read_report(path)
+        model = report.get("params", {}).get("model")
+        model = model if isinstance(model, str) and model else Path(path).stem
         counts = con.execute(
             "select (select count(distinct instance_id) from queries where model = $m), "
             "(select string_agg(split || ' ' || n, ', ' order by split = 'train', split) from "

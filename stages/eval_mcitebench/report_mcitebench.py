@@ -39,7 +39,7 @@ from pathlib import Path
 from stages.eval_mcitebench.mcitebench_analyses import agreement_rows, ranking_agrees, rq2_rows, swap_rows
 from stages.core.plots import plt, save_png  # matplotlib without a display
 from stages.core.release import check_row_counts, covered, insert_rows, load_table, md_table, portable_duckdb_file
-from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.core.stage import Input, Output, Param, Stage, StageError, read_report
 from stages.core.tables import atomic_write_bytes
 
 VERSION = "4"  # 3: reference rules per metric (repeated citations); 4: coverage (k/n) beside every number, n/a when nothing was scored
@@ -141,9 +141,9 @@ def judge_modes(con, models: list[str]) -> str:
 def coverage_rows(con, responses_paths: list[str]) -> list[tuple]:
     rows = []
     for path in responses_paths:
-        sidecar = Path(f"{path}.report.json")
-        report = json.loads(sidecar.read_text()) if sidecar.exists() else {}
-        model = report.get("params", {}).get("model") or Path(path).stem
+        report = read_report(path)
+        model = report.get("params", {}).get("model")
+        model = model if isinstance(model, str) and model else Path(path).stem
         scored = con.execute(
             "select count(*), count(*) filter (where citation_f1 is null), count(*) filter (where accuracy is null), "
             "coalesce(sum(missing_judgements), 0) from scores where model = ?", [model]).fetchone()
