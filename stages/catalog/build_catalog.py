@@ -25,7 +25,6 @@ from __future__ import annotations
 import collections
 import functools
 import json
-import math
 import re
 from pathlib import Path
 
@@ -34,7 +33,7 @@ import pyarrow.parquet as pq
 
 from stages.core.declarations import load_manifest
 from stages.core.release import portable_duckdb_file
-from stages.core.stage import Input, Output, Reject, Stage, log
+from stages.core.stage import Input, Output, Reject, Stage, is_count, log
 
 VERSION = "6"  # 2: evaluation tables; 3: stage_reports name the rule and output path; 4: evaluation tables are inputs; 5: reject_reasons; 6: a report whose counts do not fit is left out
 _SHARD = re.compile(r"^(?P<table>.+?)(?:\.(?P<shard>\d{5}))?\.parquet$")
@@ -70,8 +69,7 @@ def _report_row(report_file: Path, rule: str) -> tuple | None:
     types = (str, str, str, str, int, str, int, str, str, (int, float))
     if not all(isinstance(v, t) and not isinstance(v, bool) for v, t in zip(row, types)):
         return None
-    counts_fit = all(0 <= n < 2**63 for n in (row[4], row[6])) and math.isfinite(row[9]) and row[9] >= 0
-    return row if counts_fit else None
+    return row if is_count(row[4], (int,)) and is_count(row[6], (int,)) and is_count(row[9]) else None
 
 
 def _sql_list(paths: list[Path]) -> str:

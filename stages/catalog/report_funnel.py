@@ -31,21 +31,14 @@ import io
 import json
 from pathlib import Path
 
-from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
+from stages.core.stage import Input, Output, Param, Reject, Stage, StageError, is_count
 from stages.core.tables import atomic_write_bytes
 
 VERSION = "6"  # 2: one bar per output folder (a stage run twice is two steps); 3: rows out per output, rows not carried on; 4: release optional; 5: legend below the axes; 6: counts checked
 _NUMBERS = ("rows_in", "rejected", "seconds")
-_MOST = 2**53  # no run counts more rows (or seconds) than a double holds exactly
 # Stages that read rows and leave some behind by design, neither written on nor rejected, and the
 # stats their reports count them in.
 NOT_CARRIED_ON = {"sample_queries": ("not_sampled", "others_only"), "sample_annotation": ("not_eligible", "not_sampled")}
-
-
-def _is_count(value) -> bool:
-    """A count or a number of seconds as a stage's report writes it: a number >= 0 (not a bool,
-    NaN or past what any run counts)."""
-    return type(value) in (int, float) and 0 <= value <= _MOST
 
 
 def _read(path: Path) -> dict:
@@ -54,11 +47,11 @@ def _read(path: Path) -> dict:
         if not isinstance(report, dict) or not isinstance(report.get("stage"), str):
             raise ValueError("no stage name")
         for key in _NUMBERS:
-            if not _is_count(report[key]):
+            if not is_count(report[key]):
                 raise ValueError(f"{key} is {report[key]!r}, not a number >= 0")
         for key in ("rows_out", "rejected_by_reason"):
             counts = report.get(key, {}) if key == "rows_out" else report[key]
-            if not isinstance(counts, dict) or not all(_is_count(n) for n in counts.values()):
+            if not isinstance(counts, dict) or not all(is_count(n) for n in counts.values()):
                 raise ValueError(f"{key} is not a count per name: {str(counts)[:200]}")
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise Reject("bad_report", f"{path}: {err}") from None
@@ -83,7 +76,7 @@ def collect(ctx) -> list[dict]:
             stage["rows_out"].update(report.get("rows_out", {}))
             stage["reasons"].update(report["rejected_by_reason"])
             stats = report.get("stats")
-            stage["stats"].update({k: v for k, v in stats.items() if _is_count(v)} if isinstance(stats, dict) else {})
+            stage["stats"].update({k: v for k, v in stats.items() if is_count(v)} if isinstance(stats, dict) else {})
             ctx.count_output("funnel", 1)
     return sorted(stages.values(), key=lambda s: s["first"])
 

@@ -658,6 +658,12 @@ class Context:
         return None
 
 
+def is_count(value, kinds: tuple[type, ...] = (int, float)) -> bool:
+    """A count (or seconds) as a stage's report writes it: a number >= 0 that a BIGINT holds, not
+    a bool; NaN and infinity fail the comparison. The readers of other stages' sidecars check with it."""
+    return type(value) in kinds and 0 <= value < 2**63
+
+
 def read_report(output: str | os.PathLike) -> dict:
     """The report sidecar the runner wrote beside an output (`<output>.report.json`), for a stage
     that reports on another's run: only the fields of their type are kept (counts: ints >= 0 that
@@ -675,11 +681,8 @@ def read_report(output: str | os.PathLike) -> dict:
     if not isinstance(report, dict):
         return {}
 
-    def count(value, kinds=(int, float)) -> bool:
-        return type(value) in kinds and 0 <= value < 2**63  # NaN fails the comparison
-
-    kept: dict[str, Any] = {k: report[k] for k in ("rows_in", "rejected") if count(report.get(k), (int,))}
-    kept |= {k: {n: v for n, v in report[k].items() if count(v)} for k in ("rows_out", "rejected_by_reason", "stats")
+    kept: dict[str, Any] = {k: report[k] for k in ("rows_in", "rejected") if is_count(report.get(k), (int,))}
+    kept |= {k: {n: v for n, v in report[k].items() if is_count(v)} for k in ("rows_out", "rejected_by_reason", "stats")
              if isinstance(report.get(k), dict)}
     kept |= {k: report[k] for k, kind in (("params", dict), ("stage", str)) if isinstance(report.get(k), kind)}
     return kept
