@@ -2,8 +2,11 @@
 runs (and rebuilt when a setting changes), and the dense (all-MiniLM-L6-v2 + FAISS) option."""
 from __future__ import annotations
 
+import json
+
 import pyarrow.parquet as pq
 
+from conftest import run_stage
 from stages.core.text_index import ShardIndex
 from text_index_fixtures import build, corpus, write_corpus
 
@@ -40,3 +43,14 @@ def test_dense_option_finds_the_passage_about_the_query(tmp_path):
     hits = index.search(["What makes a loaf of bread get bigger?", "Why does a mountain explode with lava?"], 2)
     assert [index.passages([h[0][1]])[0]["doc_id"] for h in hits] == ["t:bread", "t:volcano"]
     assert all(0 < h[0][0] <= 1.0001 and h[0][0] > h[1][0] for h in hits)  # cosine similarity, best first
+
+
+def test_a_data_file_that_does_not_parse_is_named(tmp_path):
+    good, bad = tmp_path / "part-0.jsonl.gz", tmp_path / "part-1.jsonl"
+    write_corpus(good, corpus(20, 2))
+    bad.write_bytes(b'{"id": "a", "text": "fine"}\n{"id": "b", "text": "cut off\n{"id": "c", "text": "fine"}\n')
+    params = {"corpus": {"path": "json", "text_column": "text", "id_column": "id"}, "store": str(tmp_path / "store")}
+    result = run_stage("build_text_index", "--input", f"data_files={good}", "--input", f"data_files={bad}",
+                       "--output", f"index={tmp_path / 'index.parquet'}", "--params", json.dumps(params), check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode != 0 and last.startswith(f"build_text_index: error: corpus 'json': data file {bad}: JSON parse error"), last

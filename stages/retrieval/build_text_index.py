@@ -17,7 +17,7 @@ spec, its local files' sizes and times, and the settings) and reused by every la
 
 Output `index` (retrieval_text_index): one row naming the shard's folder. Rejects: `empty_text`
 (a document with no text); kept in the folder and reported again on reuse. A missing text column
-stops the job naming the columns there are. Invariant: documents in = documents indexed + rejected.
+stops the job naming the columns there are; a data file that does not parse stops it naming the file. Invariant: documents in = documents indexed + rejected.
 """
 from __future__ import annotations
 
@@ -66,11 +66,28 @@ def documents(ctx, corpus: dict) -> Iterator[tuple[str, str | None]]:
         stream = stream.take(math.ceil(corpus["limit"] / p["shards"]))
     prefix = corpus.get("id_prefix") or "doc"
     id_column = corpus.get("id_column")
-    for number, row in enumerate(stream):
-        if corpus["text_column"] not in row:
-            raise StageError(f"corpus {corpus['path']!r} has no text column {corpus['text_column']!r}; columns: {sorted(row)}")
-        raw_id = row.get(id_column) if id_column else None
-        yield f"{prefix}:{raw_id}" if raw_id not in (None, "") else f"{prefix}:{p['shard']:05d}-{number}", row[corpus["text_column"]]
+    try:
+        for number, row in enumerate(stream):
+            if corpus["text_column"] not in row:
+                raise StageError(f"corpus {corpus['path']!r} has no text column {corpus['text_column']!r}; columns: {sorted(row)}")
+            raw_id = row.get(id_column) if id_column else None
+            yield f"{prefix}:{raw_id}" if raw_id not in (None, "") else f"{prefix}:{p['shard']:05d}-{number}", row[corpus["text_column"]]
+    except (ValueError, OSError) as err:  # pyarrow's parse errors are ValueErrors; they do not name the file
+        raise StageError(f"corpus {corpus['path']!r}: {unreadable_file(corpus, ctx.input_paths('data_files'))}{err}") from None
+
+
+def unreadable_file(corpus: dict, files: list[str]) -> str:
+    """'data file <path>: ' for the first local file that fails to read on its own (read again, by
+    the same loader, only once reading has failed); '' when none does, or the corpus is on the Hub."""
+    import datasets
+
+    for path in files:
+        try:
+            for _ in datasets.load_dataset(corpus["path"], corpus.get("name"), split=corpus["split"], data_files=[path], streaming=True):
+                pass
+        except (ValueError, OSError):
+            return f"data file {path}: "
+    return ""
 
 
 def run(ctx) -> None:
