@@ -32,8 +32,10 @@ still cannot be fetched is the reject comments_unavailable; a listing page or th
 cannot be fetched fails the stage, naming the subreddit.
 
 Every answer is untrusted: the session checks a listing, comment tree or morechildren answer
-against the shape praw reads (`ANSWERS`) before praw sees it. A listing page of another shape fails
-the stage naming the subreddit and the field; a comment tree of another shape is the post's reject
+against the shape praw reads (`ANSWERS`) before praw sees it. A listing page that is no listing
+fails the stage naming the subreddit and the field; a post on it of another shape (praw would fail
+on the whole page) is left out of what praw reads and is a reject bad_answer of its own, when it is
+in the window or has no readable date; a comment tree of another shape is its post's reject
 bad_answer. The records' fields are then judged by the harvest rules (bad_field_type...).
 
 Record and replay (`mode`, as the fetch layer's): praw sends through a requests session that in
@@ -51,13 +53,15 @@ Outputs, one file per shard (stable hash of the post id, comments sharded with t
 Invariant: posts listed in the window + top-level comments of kept posts = posts + comments +
 rejected - dropped gallery items (those rejects are parts of kept posts, not records).
 Reject ids are `reddit:<id>` (`reddit:<post id>:<media id>` for a gallery item), or
-`r/<sub>/new:<position>` for a post without a usable id.
+`r/<sub>/new:<position>` for a post without a usable id (`r/<sub>/new:page<k>:<child>` for one left
+out of what praw read).
 Reject reasons: missing_field, bad_field_type, duplicate, subreddit_not_configured, nsfw,
 no_image, gallery_without_valid_images, not_top_level, post_not_kept (the pushshift rules), and
 comments_unavailable, bad_answer, gallery_item_failed, gallery_item_no_metadata.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 from datetime import datetime, timezone
@@ -74,7 +78,7 @@ from stages.core.retry import RetriesExhausted, RetryPolicy, with_retries
 from stages.core.schema_check import answer_problem, read_json
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "1"
+VERSION = "2"  # 2: a listed post of another shape is its own bad_answer, not the end of the harvest
 
 log = logging.getLogger("citeforge")
 
@@ -129,28 +133,41 @@ _DEFS = {
     "thing": _THING,
 }
 ANSWERS = {  # request path ending -> the answer's schema
-    "/new": {"$defs": _DEFS, "$ref": "#/$defs/listing"},
+    "/new": {"type": "object", "required": ["kind", "data"], "properties": {  # the page; its posts are checked one by one
+        "kind": {"const": "Listing"}, "data": {"type": "object", "required": ["children"], "properties": {
+            "children": {"type": "array"}, "after": {"type": ["string", "null"]}}}}},
     "/comments": {"$defs": _DEFS, "type": "array", "minItems": 2, "prefixItems": [{"$ref": "#/$defs/listing"}] * 2},
     "/api/morechildren": {"$defs": _DEFS, "type": "object", "required": ["json"], "properties": {"json": {
         "type": "object", "properties": {"data": {"type": "object", "properties": {"things": {"type": "array", "items": {"$ref": "#/$defs/thing"}}}}}}}},
 }
+LISTED_POST = {"$defs": _DEFS, "$ref": "#/$defs/thing"}  # each child of a listing page
 
 
-def check_answer(request: requests.PreparedRequest, status: int, body: bytes) -> None:
-    """Raise BadAnswer when a 200 JSON answer to a listing, comment tree or morechildren request
-    is not of the shape praw reads; anything else (an error status, a body that is not JSON) is
-    left to praw, which has its own errors for those."""
+def check_answer(request: requests.PreparedRequest, status: int, body: bytes) -> tuple[bytes, list[tuple[int, object, str]]]:
+    """(the body praw reads, the listing's children left out of it: (index, child, problem)).
+    Raise BadAnswer when a 200 JSON answer to a listing, comment tree or morechildren request is
+    not of the shape praw reads. A listing page's children are checked one by one: one of another
+    shape is left out, so that one bad post does not cost the page. Anything else (an error
+    status, a body that is not JSON) is left to praw, which has its own errors for those."""
     path = urlsplit(request.url).path.rstrip("/")
     kind = next((k for k in ("/new", "/api/morechildren") if path.endswith(k)), "/comments" if "/comments/" in path else None)
     if status != 200 or kind is None:
-        return
+        return body, []
     try:
         answer = read_json(body)
     except ValueError:
-        return
+        return body, []
     problem = answer_problem(ANSWERS[kind], answer)
     if problem:
         raise BadAnswer(f"{request.method} {path}: the answer is not of the API's shape: {problem}")
+    if kind != "/new":
+        return body, []
+    children = answer["data"]["children"]
+    left_out = [(i, child, problem) for i, child in enumerate(children) if (problem := answer_problem(LISTED_POST, child))]
+    if not left_out:
+        return body, []
+    answer["data"]["children"] = [child for i, child in enumerate(children) if i not in {index for index, _, _ in left_out}]
+    return json.dumps(answer).encode(), left_out
 
 
 def exchange_key(request: requests.PreparedRequest) -> str:
@@ -174,6 +191,20 @@ class ArchiveSession(requests.Session):
         super().__init__()
         self.mode, self.policy, self.stats = mode, policy, stats
         self.recorder, self.archive, self.warc = recorder, archive or {}, warc
+        self.pages = 0  # listing pages answered
+        self.left_out: list[tuple[int, int, object, str]] = []  # (page, index, child, problem) of posts praw did not get
+
+    def checked(self, request: requests.PreparedRequest, response: requests.Response) -> requests.Response:
+        """The response with the body praw may read (check_answer), the posts left out of it noted."""
+        response._content, left_out = check_answer(request, response.status_code, response.content)
+        if urlsplit(request.url).path.rstrip("/").endswith("/new") and response.status_code == 200:
+            self.pages += 1
+            self.left_out += [(self.pages, index, child, problem) for index, child, problem in left_out]
+        return response
+
+    def take_left_out(self) -> list[tuple[int, int, object, str]]:
+        taken, self.left_out = self.left_out, []
+        return taken
 
     def send(self, request: requests.PreparedRequest, **kwargs) -> requests.Response:
         is_token = urlsplit(request.url).path.rstrip("/").endswith(TOKEN_PATH)
@@ -200,8 +231,7 @@ class ArchiveSession(requests.Session):
         # again (recording it would answer the url with the 401 in a replay)
         if self.recorder is not None and not is_token and response.status_code != 401:
             self.recorder.response(key, response.status_code, response.reason or "", list(response.headers.items()), response.content)
-        check_answer(request, response.status_code, response.content)  # after recording: a replay fails the same way
-        return response
+        return self.checked(request, response)  # after recording: a replay reads the same
 
     def _replay(self, request: requests.PreparedRequest, key: str, is_token: bool) -> requests.Response:
         response = requests.Response()
@@ -221,8 +251,7 @@ class ArchiveSession(requests.Session):
         response.status_code, response.reason = recorded.status, ""
         response.headers = CaseInsensitiveDict({k: v for k, v in recorded.headers.items() if not k.startswith("x-ratelimit")})
         response._content = recorded.body
-        check_answer(request, response.status_code, response.content)
-        return response
+        return self.checked(request, response)
 
 
 # --- praw -----------------------------------------------------------------------------------------
@@ -295,9 +324,9 @@ def _epoch(name: str, value: str) -> int:
 
 # --- the harvest ----------------------------------------------------------------------------------
 class _Harvest:
-    def __init__(self, ctx, reddit):
+    def __init__(self, ctx, session: ArchiveSession, reddit):
         p = ctx.params
-        self.ctx, self.reddit, self.p = ctx, reddit, p
+        self.ctx, self.session, self.reddit, self.p = ctx, session, reddit, p
         self.subreddit_domain = {sub.lower(): domain for domain, subs in p["domains"].items() for sub in subs}
         self.extensions = tuple(e.lower() for e in p["image_extensions"])
         self.shards = len(ctx.output_paths("posts"))
@@ -324,6 +353,7 @@ class _Harvest:
         judged, reached_start = 0, False
         try:
             for position, submission in enumerate(listing, 1):
+                self.judge_left_out(name)  # the posts of the page just read that praw did not get
                 record = as_record(submission)
                 try:
                     created = int_field(record, "created_utc")
@@ -343,9 +373,30 @@ class _Harvest:
         except self.errors + (RetriesExhausted, NotInArchive, BadAnswer) as err:
             cause = getattr(err, "original_exception", None) or err
             raise StageError(f"r/{name}: the listing could not be read: {type(cause).__name__}: {cause}") from None
+        self.judge_left_out(name)
         if not reached_start:
             log.warning("r/%s: the listing ended before %s; the window may be incomplete", name, self.p["start"])
             stats.setdefault("incomplete_window", []).append(name)
+
+    def judge_left_out(self, name: str) -> None:
+        """Each post of a listing page that was of another shape than praw reads: a bad_answer
+        reject when it is in the window or its date cannot be read, as the listed posts are judged
+        (one past the window's start is where the listing stops: not judged)."""
+        for page, index, child, problem in self.session.take_left_out():
+            data = child.get("data") if isinstance(child, dict) else None
+            data = data if isinstance(data, dict) else {}
+            created, raw_id = data.get("created_utc"), data.get("id")
+            if isinstance(created, (int, float)) and not isinstance(created, bool):
+                if created >= self.end:
+                    self.ctx.stats["listed_after_window"] = self.ctx.stats.get("listed_after_window", 0) + 1
+                    continue
+                if created < self.start:
+                    continue
+            usable = isinstance(raw_id, str) and raw_id and raw_id not in self.seen_posts
+            with self.ctx.item(f"reddit:{raw_id}" if usable else f"r/{name}/new:page{page}:{index + 1}"):
+                if usable:
+                    self.seen_posts.add(raw_id)  # a later listing of it is a duplicate
+                raise Reject("bad_answer", f"r/{name}/new page {page}, post {index + 1} is not of the API's shape: {problem}")
 
     def post(self, submission, record: dict, where: str) -> None:
         """One post in the window: the pushshift rules, then its top-level comments. `where`
@@ -431,7 +482,7 @@ def run(ctx):
         raise StageError("posts and comments need the same number of shard outputs")
     session = _open_session(ctx)
     try:
-        harvest = _Harvest(ctx, reddit_client(ctx.params, session))
+        harvest = _Harvest(ctx, session, reddit_client(ctx.params, session))
         for name in harvest.subreddits():
             harvest.harvest(name)
     except BaseException:
@@ -498,7 +549,7 @@ STAGE = Stage(
         "comments_unavailable": "the post's comments could not be fetched after the retries",
         "not_top_level": "a comment that answers another comment, not the post",
         "post_not_kept": "a comment whose link_id is not its post's",
-                "bad_answer": "the comment tree or morechildren answer is not the shape praw reads",
+        "bad_answer": "a listed post, or the post's comment tree or morechildren answer, is not of the shape praw reads",
     },
 )
 

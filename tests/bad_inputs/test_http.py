@@ -380,17 +380,11 @@ def test_a_reddit_comment_tree_of_another_shape_rejects_its_post(tmp_path, monke
     assert "reddit:g" in {p["id"] for p in pq.read_table(posts).to_pylist()}  # the other posts go on
 
 
-REDDIT_LISTING_CASES = {  # kind -> (the answer to /r/askscience/new, words of the one line)
+REDDIT_LISTING_CASES = {  # kind -> (the answer to /r/askscience/new, words of the one line): a page that is no listing
     "listing_is_a_list": ([1, 2], "the answer must be dict"),
     "children_is_a_string": ({"kind": "Listing", "data": {"after": None, "children": "x"}}, "data.children must be list"),
-    "child_is_a_number": (listing([5]), "data.children.0 must be dict"),
-    "child_data_is_a_number": (listing([{"kind": "t3", "data": 5}]), "data.children.0.data must be dict"),
     "no_data": ({"kind": "Listing"}, "misses required key(s) ['data']"),
-    "subreddit_is_a_number": (listing([{"kind": "t3", "data": {**POST_A, "subreddit": 5}}]), "data.children.0.data.subreddit must be str"),
-    "post_id_is_empty": (listing([{"kind": "t3", "data": {**POST_A, "id": ""}}]), "data.children.0.data.id must have at least 1"),
-    "subreddit_is_empty": (listing([{"kind": "t3", "data": {**POST_A, "subreddit": ""}}]), "data.children.0.data.subreddit must have at least 1"),
-    "author_is_null": (listing([{"kind": "t3", "data": {**POST_A, "author": None}}]), "data.children.0.data.author must not be any of [null"),
-    "poll_options_are_numbers": (listing([{"kind": "t3", "data": {**POST_A, "poll_data": {"options": [1, 2]}}}]), "poll_data.options.0 must be dict"),
+    "after_is_a_number": ({"kind": "Listing", "data": {"after": 5, "children": []}}, "data.after must be"),
 }
 
 
@@ -404,6 +398,52 @@ def test_a_reddit_listing_of_another_shape_is_one_line(tmp_path, monkeypatch, ki
         server.stop()
     one_clear_line(result, "harvest_reddit_live: error: r/askscience: the listing could not be read", words)
     assert not list(posts.parent.glob("*.parquet*"))
+
+
+REDDIT_LISTED_POST_CASES = {  # kind -> (a post on the listing page praw cannot read, its reject id, words of the reject)
+    "child_is_a_number": (5, "r/askscience/new:page1:2", "the answer must be dict"),
+    "child_data_is_a_number": ({"kind": "t3", "data": 5}, "r/askscience/new:page1:2", "data must be dict"),
+    "subreddit_is_a_number": ({"kind": "t3", "data": _post("b", created=T0 + 4000, subreddit=5)}, "reddit:b", "data.subreddit must be str"),
+    "post_id_is_empty": ({"kind": "t3", "data": _post("", created=T0 + 4000)}, "r/askscience/new:page1:2", "data.id must have at least 1"),
+    "subreddit_is_empty": ({"kind": "t3", "data": _post("b", created=T0 + 4000, sub="")}, "reddit:b", "data.subreddit must have at least 1"),
+    "author_is_null": ({"kind": "t3", "data": _post("b", created=T0 + 4000, author=None)}, "reddit:b", "data.author must not be any of [null"),
+    "poll_options_are_numbers": ({"kind": "t3", "data": _post("b", created=T0 + 4000, poll_data={"options": [1, 2]})}, "reddit:b",
+                                 "poll_data.options.0 must be dict"),
+}
+
+
+@pytest.mark.parametrize("kind", list(REDDIT_LISTED_POST_CASES))
+def test_a_listed_post_praw_cannot_read_is_its_own_reject(tmp_path, monkeypatch, kind):
+    """praw builds a whole listing page before any rule runs: the post is left out of what it
+    reads, and the page's other posts are harvested."""
+    bad, reject_id, words = REDDIT_LISTED_POST_CASES[kind]
+    page = [{"kind": "t3", "data": POST_A}, bad, {"kind": "t3", "data": _post("old", created=T0 - 10)}]
+    server = serving({"/r/askscience/new": listing(page)})
+    try:
+        _, posts = reddit_harvest(tmp_path, server, monkeypatch)
+    finally:
+        server.stop()
+    rejects = rejects_of(posts)
+    assert set(rejects) == {reject_id} and rejects[reject_id][0] == "bad_answer", rejects
+    assert rejects[reject_id][1].startswith("r/askscience/new page 1, post 2 is not of the API's shape: ") and words in rejects[reject_id][1]
+    assert [p["id"] for p in pq.read_table(posts).to_pylist()] == ["reddit:a"]
+    comments = pq.read_table(posts.with_name("comments.00000.parquet")).num_rows
+    report = json.loads(posts.with_name(posts.name + ".report.json").read_text())
+    assert comments == 4 and report["rows_in"] == 2 + comments  # the two posts in the window were judged, and a's comments
+
+
+def test_a_listed_post_praw_cannot_read_outside_the_window_is_not_judged(tmp_path, monkeypatch):
+    late = _post("late", created=T0 + 40 * 86400, author=None)  # after the window: counted as listed after it
+    old = _post("old", created=T0 - 10, author=None)  # past the start: where the listing stops
+    page = [{"kind": "t3", "data": late}, {"kind": "t3", "data": POST_A}, {"kind": "t3", "data": old}]
+    server = serving({"/r/askscience/new": listing(page)})
+    try:
+        _, posts = reddit_harvest(tmp_path, server, monkeypatch)
+    finally:
+        server.stop()
+    report = json.loads(posts.with_name(posts.name + ".report.json").read_text())
+    assert rejects_of(posts) == {} and [p["id"] for p in pq.read_table(posts).to_pylist()] == ["reddit:a"]
+    assert report["stats"]["listed_after_window"] == 1
 
 
 REDDIT_FIELD_CASES = {  # kind -> (the post's fields, expected reason): the harvest rules judge what praw could read
