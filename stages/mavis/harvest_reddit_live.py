@@ -166,7 +166,8 @@ def check_answer(request: requests.PreparedRequest, status: int, body: bytes) ->
     left_out = [(i, child, problem) for i, child in enumerate(children) if (problem := answer_problem(LISTED_POST, child))]
     if not left_out:
         return body, []
-    answer["data"]["children"] = [child for i, child in enumerate(children) if i not in {index for index, _, _ in left_out}]
+    dropped = {index for index, _, _ in left_out}
+    answer["data"]["children"] = [child for i, child in enumerate(children) if i not in dropped]
     return json.dumps(answer).encode(), left_out
 
 
