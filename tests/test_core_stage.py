@@ -603,3 +603,27 @@ def test_a_report_sidecar_is_read_field_by_field(tmp_path):
         "rejected_by_reason": [["invalid_answer", 3]], "stats": {"llm_calls": 7, "nan": float("nan"), "huge": 1e300, "below": -1}}))
     assert read_report(out) == {"stage": "generate_answers", "rejected": 3, "params": {"model": "m"}, "rows_out": {"responses": 4},
                                 "stats": {"llm_calls": 7}}
+
+
+def test_folder_params_are_checked_before_the_work(tmp_path, schema_dir):
+    """A folder the stage writes into is made and must take a file; one it reads must be a folder
+    where it exists; an empty value (a disabled cache) is not checked."""
+    ran = []
+    stage = Stage("stored", "1", None, {}, {"out": Output("things", "kept")},
+                  {"store": Param(str, "", folder="writes"), "source": Param(str, "", folder="reads")}, run=lambda ctx: ran.append(1))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+
+    def fails(**params) -> str:
+        with pytest.raises(SystemExit) as exc:
+            stage.main(["--output", f"out={tmp_path / 'out' / 't.parquet'}", *(f"--param={k}={v}" for k, v in params.items())])
+        return str(exc.value)
+
+    assert fails(store=f"{a_file}/x") == f"stored: error: param 'store': cannot write into {a_file}/x: Not a directory"
+    assert fails(source=str(a_file)) == f"stored: error: param 'source': {a_file} is not a folder"
+    assert fails(source=f"{a_file}/x") == f"stored: error: param 'source': cannot read {a_file}/x: Not a directory"
+    assert not ran
+    stage.main(["--output", f"out={tmp_path / 'out' / 't.parquet'}", f"--param=store={tmp_path / 'new' / 'store'}",
+                f"--param=source={tmp_path / 'not_filled_yet'}"])
+    stage.main(["--output", f"out={tmp_path / 'out' / 't.parquet'}"])  # both empty: not checked
+    assert ran == [1, 1] and (tmp_path / "new" / "store").is_dir() and not (tmp_path / "not_filled_yet").exists()

@@ -51,6 +51,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import sys
 import tempfile
 import textwrap
@@ -100,6 +101,10 @@ class Param:
     `fields` makes a dict a record with these keys (required where the Param has no default).
     `schema` names a run-wide section schema (`llm`, `fetch`: schemas/config/<schema>.schema.yaml)
     that a dict param is checked against. A default of None makes the param nullable.
+    `folder` marks a path param naming a folder the stage "writes" into (created, and it must take
+    a file) or "reads" (a store another stage fills: a folder if it is there); the runner checks it
+    before the work, so a wrong path is one line, not a traceback mid-run or every item rejected.
+    An empty value (a disabled cache) is not checked.
     """
 
     PLAIN_NAME: ClassVar[str] = PLAIN_NAME  # a pattern for names that become a folder
@@ -115,6 +120,7 @@ class Param:
     items: "type | Param | None" = None
     fields: "dict[str, Param] | None" = None
     schema: str | None = None
+    folder: str | None = None  # "writes" | "reads"
 
     def json_schema(self, with_default: bool = True) -> dict:
         """This param as JSON Schema (draft 2020-12), `help` as its description."""
@@ -322,6 +328,14 @@ def load_params(stage: Stage, params_arg: str | None, overrides: list[str]) -> d
     return params
 
 
+def _probe_folder(folder: Path, name: str) -> None:
+    """Make the folder and write and remove a file in it: raises OSError when it cannot."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, probe = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    os.unlink(probe)
+
+
 def _read_text(path: str, what: str) -> str:
     try:
         return Path(path).read_text()
@@ -352,6 +366,7 @@ class Context:
         self.started_at = time.time()  # temps of our outputs older than this are a killed run's
         self._check_names()
         self._check_writable()
+        self._check_folders()
 
     @classmethod
     def from_args(cls, stage: Stage, args: argparse.Namespace) -> "Context":
@@ -377,14 +392,29 @@ class Context:
         """Each output's folder can take a file: fail before the work, with one line, not after."""
         for name, paths in self._outputs.items():
             for path in paths:
-                folder = Path(path).parent
                 try:
-                    folder.mkdir(parents=True, exist_ok=True)
-                    fd, probe = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".tmp", dir=folder)
-                    os.close(fd)
-                    os.unlink(probe)
+                    _probe_folder(Path(path).parent, Path(path).name)
                 except OSError as err:
                     raise StageError(f"output {name!r}: cannot write {path}: {err.strerror or err}") from None
+
+    def _check_folders(self) -> None:
+        """The folder params (Param.folder): one written into is made and takes a file, one read is
+        a folder where it exists (a store not filled yet is not there)."""
+        for name, spec in self.stage.params.items():
+            path = self.params.get(name)
+            if spec.folder is None or not path:
+                continue
+            try:
+                if spec.folder == "writes":
+                    _probe_folder(Path(path), "probe")
+                elif not stat.S_ISDIR(os.stat(path).st_mode):
+                    raise StageError(f"param {name!r}: {path} is not a folder")
+            except FileNotFoundError:
+                if spec.folder == "writes":
+                    raise StageError(f"param {name!r}: cannot make the folder {path}") from None
+            except OSError as err:  # not a folder on the way, no permission
+                raise StageError(f"param {name!r}: cannot {'write into' if spec.folder == 'writes' else 'read'} {path}: "
+                                 f"{err.strerror or err}") from None
 
     # inputs -------------------------------------------------------------------------------
     def has_input(self, name: str) -> bool:

@@ -124,7 +124,7 @@ STAGE = Stage(
         "owner_column": Param(str, "id", "column with the owner's id"),
         "url_column": Param(str, "image_urls", "column with one url or a list of urls"),
         "query_column": Param(str, "", "column with the query id; empty: the owner is its own query"),
-        "store": Param(str, "data/cache/images", "image store root (content-addressed, shared across runs)"),
+        "store": Param(str, "data/cache/images", "image store root (content-addressed, shared across runs)", folder="writes"),
         **FETCH_PARAMS,
         "workers": Param(int, 8, "concurrent downloads (per-host limits still apply)", min=1),
         "max_pixels": Param(int, 64_000_000, "refuse images declaring more pixels than this, before decoding", min=1),

@@ -378,7 +378,7 @@ STAGE = Stage(
     params={
         "radius": Param(int, 6, "near-duplicates differ in at most this many of the 64 pHash bits", min=0, max=64),
         "scope": Param(str, "owner", "which rows compete: owner (per post/page), query, or global", choices=("owner", "query", "global")),
-        "store": Param(str, "data/cache/images", "image store root"),
+        "store": Param(str, "data/cache/images", "image store root", folder="reads"),
         "score_column": Param(str, "clip_score", "higher keeps; null counts as lowest"),
         "workers": Param(int, 2, "threads hashing images and searching pairs", min=1),
     },

@@ -257,10 +257,10 @@ STAGE = Stage(
     outputs={"manifest": Output(None, "release manifest JSON: name, version, path, table rows")},
     params={
         "name": Param(str, help="release name: data/releases/<name>/<version>/", pattern=Param.PLAIN_NAME),
-        "releases_dir": Param(str, "data/releases", "where releases land"),
+        "releases_dir": Param(str, "data/releases", "where releases land", folder="writes"),
         "categories": Param(list, help="M2RAG Table 1 categories [{id, name, description}]", items=dict),
         "min_image_score": Param(int, 3, "images scoring at least this are `selected` as generation input (the seed's code: 3)", min=0, max=10),
-        "image_store": Param(str, "data/cache/images", "image store root the released image files are copied from"),
+        "image_store": Param(str, "data/cache/images", "image store root the released image files are copied from", folder="reads"),
     },
     run=run,
     rejects={},

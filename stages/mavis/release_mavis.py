@@ -282,8 +282,8 @@ STAGE = Stage(
     outputs={"manifest": Output(None, "release manifest JSON: name, version, path, table rows")},
     params={
         "name": Param(str, help="release name: data/releases/<name>/<version>/", pattern=Param.PLAIN_NAME),
-        "releases_dir": Param(str, "data/releases", "where releases land"),
-        "image_store": Param(str, "data/cache/images", "image store root the images are copied from"),
+        "releases_dir": Param(str, "data/releases", "where releases land", folder="writes"),
+        "image_store": Param(str, "data/cache/images", "image store root the images are copied from", folder="reads"),
         "docs_per_fact": Param(int, 3, "grounded_k columns of the annotation sheet (sample_annotation.docs_per_fact)", min=1),
     },
     run=run,

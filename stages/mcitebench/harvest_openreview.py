@@ -385,7 +385,7 @@ STAGE = Stage(
         "invitation": Param(str, "ICLR.cc/2025/Conference/-/Submission", "the venue's submission invitation"),
         "mode": Param(str, "record", "live | record (write every API answer and PDF to `warc`) | replay (answer from `warc` only, no network)", choices=("live", "record", "replay")),
         "warc": Param(str, "data/cache/openreview/openreview.warc.gz", "the WARC file: record writes it, replay answers from it"),
-        "pdf_store": Param(str, "data/cache/pdfs", "content-addressed PDF store root"),
+        "pdf_store": Param(str, "data/cache/pdfs", "content-addressed PDF store root", folder="writes"),
         "page_size": Param(int, 200, "notes per API page (the API allows up to 1000)", min=1, max=1000),
         "max_papers": Param(int, 0, "stop after this many submissions; 0 = all", min=0),
         "download_pdfs": Param(bool, True, "fetch each submission's PDF"),

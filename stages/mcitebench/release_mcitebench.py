@@ -268,8 +268,8 @@ STAGE = Stage(
     outputs={"manifest": Output(None, "release manifest JSON (name, version, path, tables)")},
     params={
         "name": Param(str, "mcitebench", "release name: <releases_dir>/<name>/<version>/", pattern=Param.PLAIN_NAME),
-        "releases_dir": Param(str, "data/releases", "where releases land"),
-        "image_store": Param(str, "data/cache/images", "root of the image store holding the element crops"),
+        "releases_dir": Param(str, "data/releases", "where releases land", folder="writes"),
+        "image_store": Param(str, "data/cache/images", "root of the image store holding the element crops", folder="reads"),
         "jpeg_quality": Param(int, 90, "JPEG quality of converted crops", min=1, max=100),
         "quotas": Param(dict, {}, "target counts (total, question_type, source_type, evidence_modality, seed); empty = release every question"),
     },

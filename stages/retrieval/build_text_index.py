@@ -161,7 +161,7 @@ STAGE = Stage(
         "b": Param(float, 0.75, "BM25 b", min=0, max=1),
         "stemmer": Param(str, "english", "BM25 tokens: Snowball stemmer language (PyStemmer); empty = none"),
         "batch_size": Param(int, 64, "dense: passages per encoder batch", min=1),
-        "store": Param(str, "data/cache/text_index", "where shard indexes are built once and reused"),
+        "store": Param(str, "data/cache/text_index", "where shard indexes are built once and reused", folder="writes"),
     },
     run=run,
     invariant=invariant,

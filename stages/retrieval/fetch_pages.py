@@ -205,7 +205,7 @@ STAGE = Stage(
         "reader": Param(str, "local", "local (trafilatura) or jina (Jina Reader API, the seed's reader)", choices=("local", "jina")),
         "reader_endpoint": Param(str, "https://r.jina.ai", "reader API base url; the page url is appended"),
         "reader_key_env": Param(str, "JINA_API_KEY", "environment variable with the reader API key (optional)"),
-        "store": Param(str, "data/cache/pages", "raw page bodies by sha256, shared across runs"),
+        "store": Param(str, "data/cache/pages", "raw page bodies by sha256, shared across runs", folder="writes"),
         "max_bytes": Param(int, 5_000_000, "largest page accepted (also capped by fetch.max_bytes)", min=1),
         "workers": Param(int, 8, "concurrent fetches (per-host limits still apply)", min=1),
         "markdown_processes": Param(int, 1, "processes reading the fetched pages into markdown beside the fetching one "
