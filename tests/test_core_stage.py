@@ -616,12 +616,13 @@ def test_folder_params_are_checked_before_the_work(tmp_path, schema_dir):
 
     def fails(**params) -> str:
         with pytest.raises(SystemExit) as exc:
-            stage.main(["--output", f"out={tmp_path / 'out' / 't.parquet'}", *(f"--param={k}={v}" for k, v in params.items())])
+            stage.main(["--output", f"out={tmp_path / 'out' / 't.parquet'}", "--params", json.dumps(params)])
         return str(exc.value)
 
-    assert fails(store=f"{a_file}/x") == f"stored: error: param 'store': cannot write into {a_file}/x: Not a directory"
+    assert fails(store=f"{a_file}/x") == f"stored: error: param 'store': cannot write into '{a_file}/x': Not a directory"
     assert fails(source=str(a_file)) == f"stored: error: param 'source': {a_file} is not a folder"
-    assert fails(source=f"{a_file}/x") == f"stored: error: param 'source': cannot read {a_file}/x: Not a directory"
+    assert fails(source=f"{a_file}/x") == f"stored: error: param 'source': cannot read '{a_file}/x': Not a directory"
+    assert fails(store="a\x00b") == "stored: error: param 'store': cannot write into 'a\\x00b': embedded null byte"
     assert not ran
     stage.main(["--output", f"out={tmp_path / 'out' / 't.parquet'}", f"--param=store={tmp_path / 'new' / 'store'}",
                 f"--param=source={tmp_path / 'not_filled_yet'}"])

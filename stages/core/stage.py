@@ -122,6 +122,10 @@ class Param:
     schema: str | None = None
     folder: str | None = None  # "writes" | "reads"
 
+    def __post_init__(self):
+        if self.folder not in (None, "writes", "reads"):
+            raise ValueError(f"Param folder must be 'writes' or 'reads', got {self.folder!r}")
+
     def json_schema(self, with_default: bool = True) -> dict:
         """This param as JSON Schema (draft 2020-12), `help` as its description."""
         if self.schema:
@@ -412,9 +416,9 @@ class Context:
             except FileNotFoundError:
                 if spec.folder == "writes":
                     raise StageError(f"param {name!r}: cannot make the folder {path}") from None
-            except OSError as err:  # not a folder on the way, no permission
-                raise StageError(f"param {name!r}: cannot {'write into' if spec.folder == 'writes' else 'read'} {path}: "
-                                 f"{err.strerror or err}") from None
+            except (OSError, ValueError) as err:  # not a folder on the way, no permission, a NUL in the path
+                raise StageError(f"param {name!r}: cannot {'write into' if spec.folder == 'writes' else 'read'} {path!r}: "
+                                 f"{getattr(err, 'strerror', None) or err}") from None
 
     # inputs -------------------------------------------------------------------------------
     def has_input(self, name: str) -> bool:
