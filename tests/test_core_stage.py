@@ -628,3 +628,15 @@ def test_folder_params_are_checked_before_the_work(tmp_path, schema_dir):
                 f"--param=source={tmp_path / 'not_filled_yet'}"])
     stage.main(["--output", f"out={tmp_path / 'out' / 't.parquet'}"])  # both empty: not checked
     assert ran == [1, 1] and (tmp_path / "new" / "store").is_dir() and not (tmp_path / "not_filled_yet").exists()
+
+
+def test_a_float_written_by_json_dumps_reads_as_a_float(tmp_path, schema_dir):
+    """The rules pass params as json.dumps writes them: 1e-05, 1e+16. YAML 1.1 reads those as
+    strings, so the params are read as JSON first (and --param values too)."""
+    seen = []
+    stage = Stage("floats", "1", None, {}, {"out": Output("things", "kept")},
+                  {"rate": Param(float, 0.5), "big": Param(float, 1.0), "name": Param(str, "")}, run=lambda ctx: seen.append(ctx.params))
+    out = f"out={tmp_path / 't.parquet'}"
+    stage.main(["--output", out, "--params", json.dumps({"rate": 0.00001, "big": 1e16, "name": "1e-05"})])
+    stage.main(["--output", out, "--param", "rate=1e-5", "--param", "big=2.5", "--param", "name=plain words"])
+    assert seen == [{"rate": 1e-05, "big": 1e16, "name": "1e-05"}, {"rate": 1e-05, "big": 2.5, "name": "plain words"}]

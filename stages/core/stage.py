@@ -301,7 +301,7 @@ def load_params(stage: Stage, params_arg: str | None, overrides: list[str]) -> d
     if params_arg:
         text = params_arg if params_arg.lstrip().startswith("{") else _read_text(params_arg, "params file")
         try:
-            loaded = yaml.safe_load(text) or {}
+            loaded = _json_or_yaml(text) or {}
         except yaml.YAMLError as err:
             where = "inline JSON" if text is params_arg else params_arg
             mark = getattr(err, "problem_mark", None)
@@ -315,7 +315,7 @@ def load_params(stage: Stage, params_arg: str | None, overrides: list[str]) -> d
         if not sep:
             raise StageError(f"--param expects KEY=VALUE, got {item!r}")
         try:
-            given[key] = yaml.safe_load(value)
+            given[key] = _json_or_yaml(value)
         except yaml.YAMLError as err:
             raise StageError(f"--param {key}: {value!r} is not a valid YAML value ({getattr(err, 'problem', None) or err})") from None
     unknown = sorted(set(given) - set(stage.params))
@@ -330,6 +330,15 @@ def load_params(stage: Stage, params_arg: str | None, overrides: list[str]) -> d
         else:
             params[name] = spec.default
     return params
+
+
+def _json_or_yaml(text: str) -> Any:
+    """JSON when the text is JSON (what the rules pass), else YAML: YAML 1.1 reads JSON's 1e-05 or
+    1e+16 as a string, so a float param written by json.dumps would fail its check."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return yaml.safe_load(text)
 
 
 def _probe_folder(folder: Path, name: str) -> None:
