@@ -54,3 +54,15 @@ def test_a_data_file_that_does_not_parse_is_named(tmp_path):
                        "--output", f"index={tmp_path / 'index.parquet'}", "--params", json.dumps(params), check=False)
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode != 0 and last.startswith(f"build_text_index: error: corpus 'json': data file {bad}: JSON parse error"), last
+
+
+
+def test_a_corpus_that_cannot_be_reached_is_one_line(tmp_path, monkeypatch):
+    """A mistyped Hub id, or no network (here: offline mode): the datasets library's
+    ConnectionError, told in one line naming the corpus."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = run_stage("build_text_index", "--output", f"index={tmp_path / 'index.parquet'}",
+                       "--params", json.dumps({"corpus": {"path": "no-such-org/no-such-corpus"}}), check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert last.startswith("build_text_index: error: cannot open corpus 'no-such-org/no-such-corpus' (split 'train'): Couldn't reach"), last

@@ -65,3 +65,13 @@ def test_demo_sample_harvests_whole(tmp_path):
               "--params", json.dumps({"path": "json", "cache_dir": str(tmp_path / "hf")}))
     table = pq.read_table(out)
     assert table.num_rows == len(set(table.column("id").to_pylist())) == 20
+
+
+def test_a_dataset_that_cannot_be_reached_is_one_line(tmp_path, monkeypatch):
+    """A mistyped Hub id, or no network (here: offline mode): one line naming the dataset."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = run_stage("harvest_hub_dataset", "--output", f"queries={tmp_path / 'queries.parquet'}",
+                       "--params", json.dumps({"path": "no-such-org/no-such-eli5"}), check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert last.startswith("harvest_hub_dataset: error: cannot load dataset 'no-such-org/no-such-eli5' (split 'train', files None): Couldn't reach"), last

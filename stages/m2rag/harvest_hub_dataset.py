@@ -80,7 +80,7 @@ def hub_rows(ctx) -> Iterator[dict]:
             params["path"], params["name"], split=params["split"], data_files=data_files,
             revision=params["revision"], cache_dir=params["cache_dir"],
         )
-    except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as err:
+    except (OSError, ValueError, datasets.exceptions.DatasetNotFoundError) as err:  # OSError: a file, or the Hub not reached
         raise StageError(f"cannot load dataset {params['path']!r} (split {params['split']!r}, files {data_files}): {err}") from None
     check_fields(ctx.params["fields"], set(dataset.column_names))
     return iter(dataset)

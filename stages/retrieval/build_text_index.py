@@ -58,7 +58,7 @@ def documents(ctx, corpus: dict) -> Iterator[tuple[str, str | None]]:
             corpus["path"], corpus.get("name"), split=corpus["split"], data_files=ctx.input_paths("data_files") or None,
             revision=corpus.get("revision"), streaming=True,
         )
-    except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as err:
+    except (OSError, ValueError, datasets.exceptions.DatasetNotFoundError) as err:  # OSError: a file, or the Hub not reached
         raise StageError(f"cannot open corpus {corpus['path']!r} (split {corpus['split']!r}): {err}") from None
     if p["shards"] > 1:
         stream = split_dataset_by_node(stream, rank=p["shard"], world_size=p["shards"])
