@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from conftest import run_stage
 from stages.core.images import ImageStore
 from stages.core.tables import write_table
 
@@ -112,3 +113,15 @@ def test_clip_off_and_missing_weights(inputs):
     assert len(kept) == 5 and all(r["clip_score"] is None for r in kept)
     with pytest.raises(SystemExit, match="clip_weights"):
         run_filter(inputs, "bad", clip_weights=str(inputs["tmp"] / "nope.pt"))
+
+
+@pytest.mark.parametrize("param, value, words", [
+    ("text_column", "", "param 'text_column' must have at least 1 characters"),
+    ("text_id_column", "", "param 'text_id_column' must have at least 1 characters"),
+    ("clip_model", "x" * 5000, "param 'clip_model' must have at most 200 characters"),
+], ids=["empty_text_column", "empty_text_id_column", "long_clip_model"])
+def test_a_column_or_model_name_that_cannot_be_one_is_refused(tmp_path, param, value, words):
+    result = run_stage("filter_images", "--input", f"images={tmp_path / 'none.parquet'}", "--output", f"images={tmp_path / 'out.parquet'}",
+                       "--params", json.dumps({param: value}), check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode != 0 and "Traceback" not in result.stderr and last.startswith(f"filter_images: error: {words}"), last

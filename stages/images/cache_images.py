@@ -121,8 +121,8 @@ STAGE = Stage(
     },
     outputs={"images": Output("images_cached", "one row per (owner, url) whose image is in the store")},
     params={
-        "owner_column": Param(str, "id", "column with the owner's id"),
-        "url_column": Param(str, "image_urls", "column with one url or a list of urls"),
+        "owner_column": Param(str, "id", "column with the owner's id", min=1),
+        "url_column": Param(str, "image_urls", "column with one url or a list of urls", min=1),
         "query_column": Param(str, "", "column with the query id; empty: the owner is its own query"),
         "store": Param(str, "data/cache/images", "image store root (content-addressed, shared across runs)", folder="writes"),
         **FETCH_PARAMS,
