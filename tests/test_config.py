@@ -126,6 +126,7 @@ def test_every_problem_is_listed_one_line_each(demo):
     (Param(dict, {}, fields={"id": Param(str)}), {}, "param 'p' misses required key(s) ['id']"),
     (Param(dict, {}, fields={"id": Param(str)}), {"id": "a", "x": 1}, "param 'p.x' is unknown (allowed here: id)"),
     (Param(str, help="release", pattern=Param.PLAIN_NAME), "../up", "param 'p' must be a plain name"),
+    (Param(str, help="release", pattern=Param.PLAIN_NAME), "r" * 129, "param 'p' must be a plain name"),  # past a file name
     (Param(dict, {}, schema="llm"), {"backend": "gpt"}, "param 'p.backend' must be one of ['llamacpp', 'openai', 'vllm'], got 'gpt'"),
     (Param(dict, {}, schema="fetch"), {"allow_networks": ["10.0.0.0/33"]}, "param 'p.allow_networks.0' must be a CIDR network"),
 ])

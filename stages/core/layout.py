@@ -19,8 +19,9 @@ ROOT = STAGES_DIR.parent
 PROMPTS_DIR = ROOT / "prompts"
 ANSWER_SCHEMAS_DIR = ROOT / "schemas" / "answers"
 # A name that becomes one folder (a run under data/runs/, a release under data/releases/): no
-# slash, no leading dot, so neither "..", "/abs" nor "a/b" can leave the folder it is named in.
-PLAIN_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+# slash, no leading dot, so neither "..", "/abs" nor "a/b" can leave the folder it is named in; at
+# most 128 characters, so that it and what is added to it fit a file name.
+PLAIN_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
 
 
 class LayoutError(LookupError):

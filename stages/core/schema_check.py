@@ -81,7 +81,7 @@ def _problem(err: jsonschema.ValidationError) -> str:
         what = {"I": "items", "P": "keys", "L": "characters"}[err.validator[3]]
         return f"must have {least} {expected} {what}, got {len(value)}"
     if err.validator == "pattern" and expected == PLAIN_NAME:
-        return f"must be a plain name (letters, digits, '_', '.', '-'; no '/', not starting with '.'), got {value!r}"
+        return f"must be a plain name (letters, digits, '_', '.', '-'; no '/', not starting with '.'; at most 128 characters), got {value!r}"[:300]
     if err.validator == "pattern":
         return f"must match {expected}, got {value!r}"
     if err.validator == "format":

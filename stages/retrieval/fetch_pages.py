@@ -209,7 +209,7 @@ STAGE = Stage(
         "max_bytes": Param(int, 5_000_000, "largest page accepted (also capped by fetch.max_bytes)", min=1),
         "workers": Param(int, 8, "concurrent fetches (per-host limits still apply)", min=1),
         "markdown_processes": Param(int, 1, "processes reading the fetched pages into markdown beside the fetching one "
-                                            "(0: read in it); the rule reserves a core for each", min=0),
+                                            "(0: read in it); the rule reserves a core for each", min=0, max=64),
         **FETCH_PARAMS,
     },
     run=run,
