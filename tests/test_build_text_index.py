@@ -66,3 +66,11 @@ def test_a_corpus_that_cannot_be_reached_is_one_line(tmp_path, monkeypatch):
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert last.startswith("build_text_index: error: cannot open corpus 'no-such-org/no-such-corpus' (split 'train'): Couldn't reach"), last
+
+
+def test_a_stemmer_pystemmer_lacks_is_refused_before_the_build(tmp_path):
+    result = run_stage("build_text_index", "--output", f"index={tmp_path / 'index.parquet'}",
+                       "--params", json.dumps({"corpus": {"path": "json"}, "stemmer": "klingon"}), check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert last.startswith("build_text_index: error: stemmer 'klingon' is no Snowball language of PyStemmer; it has arabic,"), last

@@ -105,6 +105,11 @@ class IndexSettings:
             raise ValueError(f"index method must be bm25 or dense, got {self.method!r}")
         if self.passage_words < 1 or self.k1 < 0 or not 0 <= self.b <= 1:
             raise ValueError(f"need passage_words >= 1, k1 >= 0, 0 <= b <= 1; got {self.passage_words}, {self.k1}, {self.b}")
+        if self.stemmer:
+            import Stemmer
+
+            if self.stemmer not in Stemmer.algorithms():
+                raise ValueError(f"stemmer {self.stemmer!r} is no Snowball language of PyStemmer; it has {', '.join(Stemmer.algorithms())}")
 
 
 def index_key(corpus: dict, settings: IndexSettings, shard: int, shards: int) -> str:

@@ -138,7 +138,7 @@ STAGE = Stage(
     inputs={"data_files": Input("local data files for the builder named by `path` (offline runs)", many=True, optional=True, kind="file")},
     outputs={"queries": Output("m2rag_queries", "query shards, one path per shard", many=True)},
     params={
-        "path": Param(str, help="Hub dataset id, or a builder (json, csv, parquet) reading the data_files input"),
+        "path": Param(str, help="Hub dataset id, or a builder (json, csv, parquet) reading the data_files input", min=1),
         "name": Param(str, None, "dataset configuration name"),
         "split": Param(str, "train", "split to read"),
         "revision": Param(str, None, "Hub revision (commit or tag) for a reproducible harvest"),
