@@ -175,6 +175,8 @@ class Param:
             words.append("keys: " + ", ".join(self.fields))
         if self.schema:
             words.append(f"schemas/config/{self.schema}.schema.yaml")
+        if self.folder:
+            words.append(f"a folder it {self.folder[:-1]}s")
         return f" ({'; '.join(words)})" if words else ""
 
     def check(self, name: str, value: Any) -> Any:
