@@ -114,8 +114,8 @@ STAGE = Stage(
         "retrievers": Param(list, ["minilm"], "retrievers to compare (stages/eval_mavis/mavis_retrievers.py): minilm (offline; images by "
                                               "their text stand-in), clip (images by pixels; give clip_weights)",
                             items=Param(str, choices=tuple(RETRIEVERS)), min=1),
-        "ndcg_k": Param(int, 10, "cut-off of NDCG (Table 3: 10)", min=1),
-        "recall_k": Param(int, 100, "cut-off of recall (Table 3: 100)", min=1),
+        "ndcg_k": Param(int, 10, "cut-off of NDCG (Table 3: 10)", min=1, max=100_000),
+        "recall_k": Param(int, 100, "cut-off of recall (Table 3: 100)", min=1, max=100_000),
         "clip_model": Param(str, "ViT-B-32", "open_clip architecture (retriever clip)"),
         "clip_weights": Param(str, "", "open_clip checkpoint path or tag (retriever clip; empty = random weights, tests only)"),
         "device": Param(str, "auto", "torch device for the encoders", choices=("auto", "cpu", "cuda")),

@@ -154,7 +154,7 @@ STAGE = Stage(
     params={
         "corpus": Param(dict, {"path": "json", "split": "train", "text_column": "text"}, "datasets.load_dataset spec: path, name, split, revision, text_column, id_column, limit (documents in all; 0 = all), id_prefix"),
         "shard": Param(int, 0, "this job's shard", min=0),
-        "shards": Param(int, 1, "corpus shards (one index and one job each)", min=1),
+        "shards": Param(int, 1, "corpus shards (one index and one job each)", min=1, max=100_000),
         "method": Param(str, "bm25", "bm25 (bm25s) or dense (all-MiniLM-L6-v2 + FAISS)", choices=("bm25", "dense")),
         "passage_words": Param(int, 100, "words per passage", min=1),
         "k1": Param(float, 1.5, "BM25 k1", min=0),
