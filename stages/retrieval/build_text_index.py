@@ -17,7 +17,8 @@ spec, its local files' sizes and times, and the settings) and reused by every la
 
 Output `index` (retrieval_text_index): one row naming the shard's folder. Rejects: `empty_text`
 (a document with no text); kept in the folder and reported again on reuse. A missing text column
-stops the job naming the columns there are; a data file that does not parse stops it naming the file. Invariant: documents in = documents indexed + rejected.
+stops the job naming the columns there are; a data file that does not parse stops it naming the
+file. Invariant: documents in = documents indexed + rejected.
 """
 from __future__ import annotations
 
