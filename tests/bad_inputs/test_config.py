@@ -23,7 +23,7 @@ def _set(config, dotted, value):
     config[last] = value
 
 
-PLAIN = "must be a plain name (letters, digits, '_', '.', '-'; no '/', not starting with '.')"
+PLAIN = "must be a plain name (letters, digits, '_', '.', '-'; no '/', not starting with '.'; at most 128 characters)"
 CIDR = "must be a CIDR network such as 10.0.0.0/8 or 127.0.0.1/32"
 
 CONFIG_CASES = [
