@@ -61,6 +61,7 @@ comments_unavailable, bad_answer, gallery_item_failed, gallery_item_no_metadata.
 """
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -192,15 +193,16 @@ class ArchiveSession(requests.Session):
         super().__init__()
         self.mode, self.policy, self.stats = mode, policy, stats
         self.recorder, self.archive, self.warc = recorder, archive or {}, warc
-        self.pages = 0  # listing pages answered
+        self.pages: collections.Counter[str] = collections.Counter()  # listing path -> pages answered
         self.left_out: list[tuple[int, int, object, str]] = []  # (page, index, child, problem) of posts praw did not get
 
     def checked(self, request: requests.PreparedRequest, response: requests.Response) -> requests.Response:
         """The response with the body praw may read (check_answer), the posts left out of it noted."""
         response._content, left_out = check_answer(request, response.status_code, response.content)
-        if urlsplit(request.url).path.rstrip("/").endswith("/new") and response.status_code == 200:
-            self.pages += 1
-            self.left_out += [(self.pages, index, child, problem) for index, child, problem in left_out]
+        path = urlsplit(request.url).path.rstrip("/")
+        if path.endswith("/new") and response.status_code == 200:
+            self.pages[path] += 1
+            self.left_out += [(self.pages[path], index, child, problem) for index, child, problem in left_out]
         return response
 
     def take_left_out(self) -> list[tuple[int, int, object, str]]:

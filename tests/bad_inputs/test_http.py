@@ -446,6 +446,22 @@ def test_a_listed_post_praw_cannot_read_outside_the_window_is_not_judged(tmp_pat
     assert report["stats"]["listed_after_window"] == 1
 
 
+def test_a_left_out_post_is_named_by_its_subreddit_and_page(tmp_path, monkeypatch):
+    """Pages are counted per subreddit: the second subreddit's first page is its page 1."""
+    server = RedditServer()
+    server.posts["woodworking"].insert(0, _post("w0", sub="woodworking", created=T0 + 200, author=None))
+    monkeypatch.setenv(ID_ENV, "cid")
+    monkeypatch.setenv(SECRET_ENV, "secret")
+    out = tmp_path / "out"
+    try:
+        run_stage("harvest_reddit_live", f"--output=posts={out}/posts.00000.parquet", f"--output=comments={out}/comments.00000.parquet",
+                  "--params", json.dumps(_params(server.url, retry_attempts=1)))
+    finally:
+        server.stop()
+    rejects = rejects_of(out / "posts.00000.parquet")
+    assert rejects["reddit:w0"][0] == "bad_answer" and rejects["reddit:w0"][1].startswith("r/woodworking/new page 1, post 1 "), rejects["reddit:w0"]
+
+
 REDDIT_FIELD_CASES = {  # kind -> (the post's fields, expected reason): the harvest rules judge what praw could read
     "author_is_an_object": ({"author": {"name": "x"}}, "bad_field_type"),
     "author_is_a_number": ({"author": 5}, "bad_field_type"),
