@@ -20,6 +20,8 @@ from referencing.jsonschema import DRAFT202012
 
 from .layout import PLAIN_NAME
 
+NO_NUL = r"^[^\x00]*$"  # the pattern of a path in a hand-written config schema (llm.schema.yaml)
+
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
@@ -82,6 +84,8 @@ def _problem(err: jsonschema.ValidationError) -> str:
         return f"must have {least} {expected} {what}, got {len(value)}"
     if err.validator == "pattern" and expected == PLAIN_NAME:
         return f"must be a plain name (letters, digits, '_', '.', '-'; no '/', not starting with '.'; at most 128 characters), got {value!r}"[:300]
+    if err.validator == "pattern" and expected == NO_NUL:
+        return f"must be a path without a NUL character, got {value!r}"
     if err.validator == "pattern":
         return f"must match {expected}, got {value!r}"
     if err.validator == "format":

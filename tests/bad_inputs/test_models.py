@@ -63,7 +63,22 @@ def missing_variable(tmp: Path) -> tuple[dict, str]:
     return llm, f"prompt '{PROMPT}' ({path}) at line {line}: missing variable: 'subreddit_rules' is undefined"
 
 
+def nul_in_cache_path(tmp: Path) -> tuple[dict, str]:
+    return {"cache": {"path": f"{tmp}/ca\x00che.sqlite"}}, "param 'llm.cache.path' must be a path without a NUL character"
+
+
+def too_many_in_flight(tmp: Path) -> tuple[dict, str]:  # the HTTP pool would be sized to it: memory, then a kill
+    return {"backend": "openai", "openai": {"max_in_flight": 10**9}}, "param 'llm.openai.max_in_flight' must be <= 4096"
+
+
+def timeout_past_the_clock(tmp: Path) -> tuple[dict, str]:  # a deadline past time_t
+    return {"backend": "openai", "openai": {"timeout_s": 1e308}}, "param 'llm.openai.timeout_s' must be <= 86400"
+
+
 CASES = {  # kind of bad input -> what makes it, and the message the user gets
+    "cache_path_with_a_nul": nul_in_cache_path,
+    "max_in_flight_past_any_server": too_many_in_flight,
+    "timeout_past_the_clock": timeout_past_the_clock,
     "cache_not_sqlite": not_sqlite,
     "cache_read_only_file": read_only_file,
     "cache_read_only_folder": read_only_folder,
