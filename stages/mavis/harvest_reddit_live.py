@@ -134,9 +134,7 @@ _DEFS = {
     "thing": _THING,
 }
 ANSWERS = {  # request path ending -> the answer's schema
-    "/new": {"type": "object", "required": ["kind", "data"], "properties": {  # the page; its posts are checked one by one
-        "kind": {"const": "Listing"}, "data": {"type": "object", "required": ["children"], "properties": {
-            "children": {"type": "array"}, "after": {"type": ["string", "null"]}}}}},
+    "/new": {"$defs": {**_DEFS, "thing": {}}, "$ref": "#/$defs/listing"},  # the page; its posts are checked one by one (LISTED_POST)
     "/comments": {"$defs": _DEFS, "type": "array", "minItems": 2, "prefixItems": [{"$ref": "#/$defs/listing"}] * 2},
     "/api/morechildren": {"$defs": _DEFS, "type": "object", "required": ["json"], "properties": {"json": {
         "type": "object", "properties": {"data": {"type": "object", "properties": {"things": {"type": "array", "items": {"$ref": "#/$defs/thing"}}}}}}}},
