@@ -4,6 +4,7 @@ section names fail naming the key; Param checks the stage CLI's params through t
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 
@@ -112,6 +113,25 @@ def test_every_problem_is_listed_one_line_each(demo):
     lines = str(pytest.raises(ConfigError, validate_config, bad).value).splitlines()
     assert lines[0] == "invalid config:" and len(lines) == 4
     assert "  config key 'images.cache_images.workers' must be >= 1, got 0" in lines
+
+
+def test_a_number_written_with_an_exponent_is_that_number(tmp_path):
+    """YAML 1.1, which Snakemake reads config files with, reads 1e-3 as text; the config takes it
+    as the number its author wrote wherever a number is expected, and the rule's params carry it.
+    Text where a number is expected that is no such number is still named."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("images:\n  filter_images:\n    clip_threshold: 1e-3\n")
+    assert yaml.safe_load(recipe.read_text())["images"]["filter_images"]["clip_threshold"] == "1e-3"
+    run = subprocess.run([sys.executable, "-m", "stages.core.explain", "--configfile", "config/config.yaml", "config/demo.yaml",
+                          str(recipe), "--rule", "filter_images", "--job-params", "--no-dry-run"],
+                         cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["clip_threshold"] == 0.001
+    recipe.write_text("images:\n  filter_images:\n    clip_threshold: 1e-3x\n")
+    config = demo_config()
+    config["images"]["filter_images"] = yaml.safe_load(recipe.read_text())["images"]["filter_images"]
+    with pytest.raises(ConfigError, match="config key 'images.filter_images.clip_threshold' must be float, got str '1e-3x'"):
+        validate_config(config)
 
 
 @pytest.mark.parametrize("spec, value, message", [

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from .schema_check import SCHEMAS, schema_errors
+from .schema_check import SCHEMAS, read_exponent_numbers, schema_errors
 
 # Config keys of the old layout -> their names now (sections are named after the stage they feed);
 # a key that now lives in several stages' sections maps to all of them.
@@ -55,8 +55,10 @@ class ConfigError(ValueError):
 
 
 def validate_config(config: dict, schemas: Path = SCHEMAS) -> None:
-    """Raise ConfigError naming every bad key (dotted path) and why, one line each."""
+    """Raise ConfigError naming every bad key (dotted path) and why, one line each. A number
+    written with an exponent (`1e-5`), which YAML 1.1 reads as text, is first made the number."""
     schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
+    read_exponent_numbers(schema, config, schemas, base=None)
     lines = []
     for where, problem, keyword in schema_errors(schema, config, schemas, base=None):
         key = where.lstrip(".") or "<top level>"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
@@ -114,6 +115,29 @@ def schema_errors(schema: dict, value: Any, root: Path = SCHEMAS, base: str | No
                 yield f"{where}.{key}", f"is unknown (allowed here: {allowed})", err.validator
         else:
             yield where, _problem(err), err.validator
+
+
+# A number with an exponent and no dot or exponent sign (1e-5, 2E10, 1.5e3): YAML 1.2 and JSON read
+# it as a number, YAML 1.1 (PyYAML, which Snakemake reads config files with) as text.
+_EXPONENT_NUMBER = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+")
+
+
+def read_exponent_numbers(schema: dict, value: Any, root: Path = SCHEMAS, base: str | None = "config/") -> None:
+    """Turn, in place, each string `value` holds where `schema` takes a number and the string is
+    one written with an exponent (`threshold: 1e-5`) into that float: the number the config's
+    author wrote, which YAML 1.1 read as text. Any other string stays, for the check to name."""
+    if base is not None:
+        schema = {"$id": f"{base}_check.schema.yaml", **schema}
+    validator = Validator(schema, registry=_registry(root), format_checker=FORMATS)
+    for err in list(validator.iter_errors(value)):
+        kinds = [err.validator_value] if isinstance(err.validator_value, str) else err.validator_value
+        if (err.validator == "type" and "number" in kinds and isinstance(err.instance, str)
+                and _EXPONENT_NUMBER.fullmatch(err.instance) and err.absolute_path):
+            *parents, key = err.absolute_path
+            holder = value
+            for part in parents:
+                holder = holder[part]
+            holder[key] = float(err.instance)
 
 
 def read_json(text: str | bytes) -> Any:
