@@ -34,14 +34,14 @@ import requests
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from stages.core.llm import LLMClient, LLMRequest, embedded_gguf  # noqa: E402
+from stages.core.llm import LLMClient, LLMRequest, embedded_gguf, server_command  # noqa: E402
 from stages.core.prompts import PromptLibrary  # noqa: E402
 
 PROMPT = "---\nkind: text\nmax_tokens: 16\n---\nWrite one short sentence about {{ topic }}.\n"
 
 
 def start_server(port: int, log) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_gguf()), "--host", "127.0.0.1",
+    proc = subprocess.Popen([*server_command(), "--model", str(embedded_gguf()), "--host", "127.0.0.1",
                              "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"], stdout=log, stderr=subprocess.STDOUT)
     for _ in range(240):
         try:

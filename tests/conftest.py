@@ -95,12 +95,12 @@ def llama_server(tmp_path_factory):
 
     import requests
 
-    from stages.core.llm import embedded_gguf
+    from stages.core.llm import embedded_gguf, server_command
 
     port = _free_port()
     log = (tmp_path_factory.mktemp("llama_server") / "server.log").open("w+")  # a file: a full pipe would block it
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_gguf()), "--host", "127.0.0.1",
+        [*server_command(), "--model", str(embedded_gguf()), "--host", "127.0.0.1",
          "--port", str(port), "--n_ctx", "4096", "--n_threads", "1", "--seed", "0"],
         stdout=log, stderr=subprocess.STDOUT,
     )

