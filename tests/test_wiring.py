@@ -143,6 +143,13 @@ def test_explain_json_for_the_real_recipe_names_every_model_role():
                for item in job["params"].values())
 
 
+def test_explain_read_through_head_ends_without_a_traceback():
+    """`explain ... | head`: the reader closes the pipe early; explain stops quietly."""
+    done = subprocess.run(f"{sys.executable} -m stages.core.explain --configfile config/recipe_real.yaml --no-dry-run | head -1",
+                          shell=True, cwd=REPO, capture_output=True, text=True)
+    assert done.stdout.startswith("layers (later wins)") and done.stderr == ""
+
+
 def test_explain_names_the_rules_that_would_run(workflow_copy):
     done = subprocess.run([sys.executable, "-m", "stages.core.explain", "--rule", "sample_queries", "--targets", "release"],
                           cwd=workflow_copy, capture_output=True, text=True, check=True)
