@@ -27,7 +27,9 @@ import socket
 import struct
 import threading
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from local_http import QuietServer
 from typing import Callable
 
 import requests
@@ -62,7 +64,7 @@ class FaultyServer:
 
             do_GET = do_POST = do_HEAD = _serve
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

@@ -12,6 +12,7 @@ on 127.0.0.1, on a free port, in a thread of its own until it is closed.
 tests/faulty_server.py is apart: it answers with resets, truncations and drips, below this level."""
 from __future__ import annotations
 
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -31,11 +32,21 @@ class QuietHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+class QuietServer(ThreadingHTTPServer):
+    """A threaded server that says nothing when a client hangs up (a test's timeout, a client
+    closing a kept-alive connection): socketserver would print the ConnectionResetError's traceback
+    into the suite's output. Any other error in a handler is printed as before."""
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class LocalServer:
     """`handler` served on 127.0.0.1 by a daemon thread; `url` is http://127.0.0.1:<port>."""
 
     def __init__(self, handler: type[BaseHTTPRequestHandler]):
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd = QuietServer(("127.0.0.1", 0), handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_port}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
