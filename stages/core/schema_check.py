@@ -117,8 +117,9 @@ def schema_errors(schema: dict, value: Any, root: Path = SCHEMAS, base: str | No
             yield where, _problem(err), err.validator
 
 
-# A number with an exponent and no dot or exponent sign (1e-5, 2E10, 1.5e3): YAML 1.2 and JSON read
-# it as a number, YAML 1.1 (PyYAML, which Snakemake reads config files with) as text.
+# A number written with an exponent. YAML 1.2 and JSON read 1e-5, 2E10 and 1.5e3 as numbers; YAML 1.1
+# (PyYAML, which Snakemake reads config files with) reads them as text, as it wants both a dot and
+# the exponent's sign (1.0e-5).
 _EXPONENT_NUMBER = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+")
 
 

@@ -6,10 +6,11 @@ One model per GGUF per process, shared by every client of it (its endpoint runs 
 time: llama.cpp decodes one sequence) and closed when the last client closes.
 
 Weights stay in llama.cpp's plain CPU buffers (no "extra buffer types"): on a CPU that reports
-AMX, llama.cpp otherwise moves Q4_0/Q4_1/Q8_0 weights into its AMX buffers, and on the VMs these
-tests run on its first matmul dies of a general-protection fault in `ldtilecfg` (a segfault of the
-whole stage) even with the tile permission granted. The embedded model is Q4_1, which the other
-extra buffer type (CPU repacking) does not take, so elsewhere nothing changes."""
+AMX, llama.cpp otherwise moves Q4_0/Q4_1/Q8_0 weights into its AMX buffers, and on the VM where
+this was found (a Xeon that reports AMX) the first matmul died of a general-protection fault in
+`ldtilecfg`, a segfault of the whole stage, even with the tile permission granted. The embedded
+model is Q4_1, which the other extra buffer type (CPU repacking) does not take, so on a CPU
+without AMX nothing changes."""
 from __future__ import annotations
 
 import importlib.util
