@@ -99,15 +99,19 @@ def _problem(err: jsonschema.ValidationError) -> str:
     return err.message
 
 
+def _validator(schema: dict, root: Path, base: str | None):
+    """The checker of `schema`, its `$ref`s resolved from `base` inside `root` (see schema_errors)."""
+    if base is not None:
+        schema = {"$id": f"{base}_check.schema.yaml", **schema}
+    return Validator(schema, registry=_registry(root), format_checker=FORMATS)
+
+
 def schema_errors(schema: dict, value: Any, root: Path = SCHEMAS, base: str | None = "config/") -> Iterator[tuple[str, str, str]]:
     """(dotted path, problem, JSON Schema keyword) for each way `value` breaks `schema`, sorted by
     path. `$ref`s resolve from `base` inside `root` (by default as if the schema sat in
     schemas/config/: `llm.schema.yaml`). An unknown key comes as (path to the key, "is unknown
     (allowed here: ...)", "additionalProperties")."""
-    if base is not None:
-        schema = {"$id": f"{base}_check.schema.yaml", **schema}
-    validator = Validator(schema, registry=_registry(root), format_checker=FORMATS)
-    for err in sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.absolute_path))):
+    for err in sorted(_validator(schema, root, base).iter_errors(value), key=lambda e: list(map(str, e.absolute_path))):
         where = "".join(f".{part}" for part in err.absolute_path)
         if err.validator == "additionalProperties" and err.validator_value is False:
             allowed = ", ".join(sorted(err.schema.get("properties", {})))
@@ -127,10 +131,7 @@ def read_exponent_numbers(schema: dict, value: Any, root: Path = SCHEMAS, base: 
     """Turn, in place, each string `value` holds where `schema` takes a number and the string is
     one written with an exponent (`threshold: 1e-5`) into that float: the number the config's
     author wrote, which YAML 1.1 read as text. Any other string stays, for the check to name."""
-    if base is not None:
-        schema = {"$id": f"{base}_check.schema.yaml", **schema}
-    validator = Validator(schema, registry=_registry(root), format_checker=FORMATS)
-    for err in list(validator.iter_errors(value)):
+    for err in list(_validator(schema, root, base).iter_errors(value)):
         kinds = [err.validator_value] if isinstance(err.validator_value, str) else err.validator_value
         if (err.validator == "type" and "number" in kinds and isinstance(err.instance, str)
                 and _EXPONENT_NUMBER.fullmatch(err.instance) and err.absolute_path):
