@@ -16,7 +16,7 @@ the query). Invariant: queries in = queries with passages + rejected.
 from __future__ import annotations
 
 from stages.core.ids import content_id
-from stages.core.queries import query_problem, read_queries
+from stages.core.queries import check_query, read_queries
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.text_index import ShardIndex, merge_topk
 
@@ -42,14 +42,7 @@ def run(ctx) -> None:
     asked: list[tuple[str, str]] = []
     for query_id, text, where in queries:
         with ctx.item(query_id if isinstance(query_id, str) and query_id else where):
-            problem = query_problem(query_id, text, p["id_column"], p["text_column"], where)
-            if problem:
-                raise Reject(*problem)
-            if query_id in seen:
-                raise Reject("duplicate_query", f"query id {query_id!r} appears again: the first row is asked")
-            seen.add(query_id)
-            if not text.strip():
-                raise Reject("empty_query", f"query {query_id!r} has no text in column {p['text_column']!r}")
+            check_query(query_id, text, where, seen, p["id_column"], p["text_column"], "asked")
             asked.append((query_id, text))
 
     texts = [text for _, text in asked]

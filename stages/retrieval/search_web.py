@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from stages.core.fetch import FETCH_PARAMS, Fetcher, stage_fetch_settings
 from stages.core.ids import content_id
-from stages.core.queries import query_problem, read_queries
+from stages.core.queries import check_query, read_queries
 from stages.core.search import SEARCH_PARAMS, SearchCache, SearchFailed, make_provider
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
@@ -59,14 +59,7 @@ def run(ctx) -> None:
     with fetcher:
         for query_id, text, where in queries:
             with ctx.item(query_id if isinstance(query_id, str) and query_id else where):
-                problem = query_problem(query_id, text, p["id_column"], p["text_column"], where)
-                if problem:
-                    raise Reject(*problem)
-                if query_id in seen:
-                    raise Reject("duplicate_query", f"query id {query_id!r} appears again: the first row is searched")
-                seen.add(query_id)
-                if not text.strip():
-                    raise Reject("empty_query", f"query {query_id!r} has no text in column {p['text_column']!r}")
+                check_query(query_id, text, where, seen, p["id_column"], p["text_column"], "searched")
                 rows, counts = [], {}  # written once every kind is answered: a query rejected on its image search keeps no page rows
                 for kind, top_k in wanted:
                     hits = cache.get(provider, kind, text, top_k)
