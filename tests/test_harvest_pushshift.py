@@ -14,9 +14,9 @@ import yaml
 import zstandard
 
 from conftest import REPO, run_stage, demo_config
-from stages.mavis.reddit_records import PlainPost, plain_gallery_urls
 from stages.mavis import harvest_pushshift
-from stages.mavis.harvest_pushshift import GALLERY_ITEM_REASONS, TruncatedFrame, image_urls, read_zstd_lines
+from stages.mavis.harvest_pushshift import TruncatedFrame, image_urls, read_zstd_lines
+from stages.mavis.reddit_records import GALLERY_ITEM_REASONS, PlainPost, plain_gallery_urls
 
 DOMAINS = {"Science": ["askscience"], "Art & Design": ["woodworking"]}
 

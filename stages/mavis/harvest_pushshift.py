@@ -100,8 +100,8 @@ from tqdm import tqdm
 
 from stages.core.forked import ForkedGenerator
 from stages.core.ids import shard_of
-from stages.mavis.reddit_records import (REDDIT_REJECTS, PlainComment, PlainPost, bad_field, comment_fields, direct_image, image_urls, plain_gallery_urls,
-                                        post_fields, record_id)
+from stages.mavis.reddit_records import (REDDIT_REJECTS, PlainComment, PlainPost, bad_field, comment_fields, direct_image, harvest_invariant, image_urls,
+                                        plain_gallery_urls, post_fields, record_id)
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import table_schema
 
@@ -112,7 +112,6 @@ CHUNK_SIZE = 1 << 16  # compressed bytes per read (see Speed)
 _SUBMISSIONS = re.compile(r"^(RS_\d{4}-\d{2}|.+_submissions)\.zst$")
 _COMMENTS = re.compile(r"^(RC_\d{4}-\d{2}|.+_comments)\.zst$")
 
-GALLERY_ITEM_REASONS = ("gallery_item_failed", "gallery_item_no_metadata")
 COMMENT_CHUNK_SIZE = 1 << 18  # the comment reader's compressed bytes per chunk: fewer, larger messages
 READ_AHEAD = 64  # joined comment chunks the comment reader may run ahead of this process
 PENDING_TEXT = 128 << 20  # comment text the reader judges before the kept posts are known; then it waits for them (see Speed)
@@ -722,15 +721,6 @@ def run(ctx):
     ctx.stats["gallery_items_dropped"] = harvest.gallery_items_dropped
 
 
-def invariant(ctx) -> str | None:
-    """Dropped gallery items are rejects that are parts of kept posts, not records read."""
-    items = sum(ctx.rejected_by_reason[r] for r in GALLERY_ITEM_REASONS)
-    out = ctx.rows_out("posts") + ctx.rows_out("comments")
-    if ctx.rows_in != out + ctx.rejected - items:
-        return f"records {ctx.rows_in} != posts and comments {out} + rejected {ctx.rejected - items} (besides {items} gallery items)"
-    return None
-
-
 STAGE = Stage(
     name="harvest_pushshift",
     version=VERSION,
@@ -746,7 +736,7 @@ STAGE = Stage(
         "include_nsfw": Param(bool, False, "keep posts marked over_18"),
     },
     run=run,
-    invariant=invariant,
+    invariant=harvest_invariant,
     rejects={
         **REDDIT_REJECTS,
         "bad_json": "the line is not JSON (or not UTF-8)",

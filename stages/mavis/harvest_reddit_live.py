@@ -74,7 +74,7 @@ from requests.structures import CaseInsensitiveDict
 
 from stages.core.fetch import FetchError, WarcRecorder, load_archive
 from stages.core.ids import shard_of
-from stages.mavis.reddit_records import REDDIT_REJECTS, comment_fields, image_urls, int_field, post_fields, record_id
+from stages.mavis.reddit_records import REDDIT_REJECTS, comment_fields, harvest_invariant, image_urls, int_field, post_fields, record_id
 from stages.core.retry import RetriesExhausted, RetryPolicy, with_retries
 from stages.core.schema_check import answer_problem, read_json
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
@@ -84,7 +84,6 @@ VERSION = "2"  # 2: a listed post of another shape is its own bad_answer, not th
 log = logging.getLogger("citeforge")
 
 TOKEN_PATH = "/api/v1/access_token"
-GALLERY_ITEM_REASONS = ("gallery_item_failed", "gallery_item_no_metadata")
 _ISO_DATE = r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2})?(Z|[+-]\d{2}:\d{2})?)?$"
 
 
@@ -498,15 +497,6 @@ def run(ctx):
     ctx.stats["gallery_items_dropped"] = harvest.gallery_items_dropped
 
 
-def invariant(ctx) -> str | None:
-    """Dropped gallery items are rejects that are parts of kept posts, not records read."""
-    items = sum(ctx.rejected_by_reason[r] for r in GALLERY_ITEM_REASONS)
-    out = ctx.rows_out("posts") + ctx.rows_out("comments")
-    if ctx.rows_in != out + ctx.rejected - items:
-        return f"records {ctx.rows_in} != posts and comments {out} + rejected {ctx.rejected - items} (besides {items} gallery items)"
-    return None
-
-
 STAGE = Stage(
     name="harvest_reddit_live",
     version=VERSION,
@@ -541,7 +531,7 @@ STAGE = Stage(
         "timeout_s": Param(float, 30.0, "per-request timeout", above=0),
     },
     run=run,
-    invariant=invariant,
+    invariant=harvest_invariant,
     rejects={
         **REDDIT_REJECTS,
         "duplicate": "a post or comment listed earlier in this harvest",

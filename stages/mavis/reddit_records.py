@@ -113,6 +113,19 @@ REDDIT_REJECTS = {
 }
 
 
+GALLERY_ITEM_REASONS = ("gallery_item_failed", "gallery_item_no_metadata")
+
+
+def harvest_invariant(ctx) -> str | None:
+    """Both harvests' count invariant: records read = posts + comments + rejected, less the
+    dropped gallery items (rejects that are parts of kept posts, not records read)."""
+    items = sum(ctx.rejected_by_reason[r] for r in GALLERY_ITEM_REASONS)
+    out = ctx.rows_out("posts") + ctx.rows_out("comments")
+    if ctx.rows_in != out + ctx.rejected - items:
+        return f"records {ctx.rows_in} != posts and comments {out} + rejected {ctx.rejected - items} (besides {items} gallery items)"
+    return None
+
+
 def bad_field(field: str, value: object, expected: str) -> Reject:
     return Reject("bad_field_type", f"{field}={value!r:.200} ({type(value).__name__}, expected {expected})")
 
