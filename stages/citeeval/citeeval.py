@@ -39,6 +39,13 @@ def split_lists(response: str) -> str:
     return _LIST.sub(lambda m: "".join(f"[{n}]" for n in re.split(r"\s*[,;]\s*", m.group(1))), response)
 
 
+def row_mode(passages: list[dict]) -> str:
+    """A citeeval_responses row's `mode`: text when every passage is text, else the stand-ins
+    its passages use (caption, label, extraction...), sorted and joined by "+"."""
+    stand_ins = sorted({p["mode"] for p in passages if p["mode"] != "text"})
+    return "+".join(stand_ins) if stand_ins else "text"
+
+
 def eq3(counts: dict[str, int], coefficients: dict[str, float]) -> float:
     """Eq. 3 for one statement's action counts. With no action at all (an uncited statement the
     model left alone) the sum is empty and the rating is the intercept b."""

@@ -28,6 +28,7 @@ Invariant: responses in = rows out + rejected.
 """
 from __future__ import annotations
 
+from stages.citeeval.citeeval import row_mode
 from stages.core.stage import Input, Output, Reject, Stage
 
 VERSION = "1"
@@ -58,11 +59,6 @@ def cite_images(response: dict, image_ids: dict[int, int]) -> str:
     for placeholder in response["unresolved"] or []:
         cited = cited.replace(placeholder, "")
     return cited
-
-
-def row_mode(passages: list[dict]) -> str:
-    stand_ins = sorted({p["mode"] for p in passages if p["mode"] != "text"})
-    return "+".join(stand_ins) if stand_ins else "text"
 
 
 def run(ctx):

@@ -23,7 +23,7 @@ Invariant: responses in = rows out + rejected.
 """
 from __future__ import annotations
 
-from stages.citeeval.citeeval import split_lists
+from stages.citeeval.citeeval import row_mode, split_lists
 from stages.core.stage import Input, Output, Reject, Stage
 
 VERSION = "1"
@@ -39,11 +39,6 @@ def passage(document: dict, knowledge_extraction: bool) -> dict:
     if stand_in:
         return {"id": number, "title": "image", "text": stand_in, "mode": "stand_in"}
     return {"id": number, "title": "image", "text": f"image document {document['doc_id']} (no text stand-in)", "mode": "label"}
-
-
-def row_mode(passages: list[dict]) -> str:
-    stand_ins = sorted({p["mode"] for p in passages if p["mode"] != "text"})
-    return "+".join(stand_ins) if stand_ins else "text"
 
 
 def run(ctx):

@@ -20,7 +20,7 @@ Rejects: no_items (a response without shown items).
 """
 from __future__ import annotations
 
-from stages.citeeval.citeeval import CITATION, split_lists
+from stages.citeeval.citeeval import CITATION, row_mode, split_lists
 from stages.core.refs import figure_table_refs
 from stages.core.stage import Input, Output, Reject, Stage
 
@@ -65,11 +65,6 @@ def mark_figures(text: str, image_ids: dict[str, int]) -> tuple[str, int]:
         last = end
     out.append(text[last:])
     return "".join(out), missing
-
-
-def row_mode(passages: list[dict]) -> str:
-    stand_ins = sorted({p["mode"] for p in passages if p["mode"] != "text"})
-    return "+".join(stand_ins) if stand_ins else "text"
 
 
 def run(ctx):
