@@ -16,7 +16,7 @@ ANSWER = ("Sourdough rises because wild yeast makes gas.\n![a loaf](image_2)\nTh
 
 
 def _image(n, caption):
-    return {"n": n, "source": "page", "page_rank": 1, "url": f"https://x.test/{n}.jpg", "sha256": f"s{n}", "thumb_sha256": "",
+    return {"n": n, "source": "page", "page_rank": 1, "url": f"https://x.test/{n}.jpg", "sha256": f"{n:064x}", "thumb_sha256": "",
             "caption": caption, "caption_mode": "image", "score": 8.0, "shown": "caption"}
 
 

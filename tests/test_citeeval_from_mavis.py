@@ -13,10 +13,10 @@ from conftest import run_stage
 from stages.core.tables import write_table
 
 DOCUMENTS = [
-    {"number": 2, "doc_id": "d:i1", "modality": "image", "text": "A tomato leaf turning yellow.", "image_sha256": "ab", "extraction": "The leaf is yellow."},
+    {"number": 2, "doc_id": "d:i1", "modality": "image", "text": "A tomato leaf turning yellow.", "image_sha256": "ab" * 32, "extraction": "The leaf is yellow."},
     {"number": 1, "doc_id": "d:t1", "modality": "text", "text": "Nitrogen deficiency yellows old leaves.", "image_sha256": None,
      "extraction": "Nitrogen deficiency yellows leaves."},
-    {"number": 3, "doc_id": "d:i2", "modality": "image", "text": "", "image_sha256": "cd", "extraction": None},
+    {"number": 3, "doc_id": "d:i2", "modality": "image", "text": "", "image_sha256": "cd" * 32, "extraction": None},
 ]
 
 

@@ -98,3 +98,16 @@ def test_published_dev_set_is_evaluated(tmp_path):
     rejects = pq.read_table(f"{responses}.rejects.parquet").to_pylist()
     assert sorted((r["id"], r["reason"]) for r in rejects) == [("dev_set.jsonl:2", "bad_record"), ("dev_set.jsonl:3", "bad_record")]
     assert "content must be str" in next(r["detail"] for r in rejects if r["id"] == "dev_set.jsonl:3")
+
+
+def test_a_release_image_is_found_by_its_sha256_only(tmp_path):
+    """A release table's sha256 is data: a glob pattern or a path in it names no file."""
+    from stages.eval_m2rag.m2rag_eval import image_file
+
+    sha = "ab" * 32
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / f"{sha}.png").write_bytes(b"png")
+    (tmp_path / "secret.png").write_bytes(b"not an image of the release")
+    assert image_file(tmp_path, sha) == tmp_path / "images" / f"{sha}.png"
+    for value in ("*", "ab*", "../secret", "", None, sha.upper()):
+        assert image_file(tmp_path, value) is None, value

@@ -17,6 +17,8 @@ import zipfile
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from PIL import Image, ImageDraw
 from werkzeug import Request, Response
@@ -25,7 +27,7 @@ from stages.core.fetch import Fetcher, FetchSettings
 from stages.core.ids import sha256_hex
 from stages.core.images import ImageStore
 from stages.mcitebench.mineru import wait_ready
-from stages.core.tables import write_table
+from stages.core.tables import table_schema, write_table
 from tests.conftest import REPO, run_stage
 
 DEMO_WARC = REPO / "data/samples/openreview/openreview.warc.gz"
@@ -264,12 +266,15 @@ def test_wait_ready_rides_out_a_health_check_that_times_out(httpserver, tmp_path
     assert len(calls) >= 2
 
 
-def test_a_pdf_hash_no_file_can_be_named_by_is_not_in_the_store(tmp_path):
-    """pdf_sha256 is data: one of 5,000 characters names no file of the store (it was an OSError,
-    the name being past the file system's length); the paper is pdf_not_in_store."""
-    write_table(tmp_path / "papers.parquet", [paper("long", None, tmp_path) | {"pdf_sha256": "ab" * 2500}], "mcitebench_papers")
+def test_a_pdf_hash_that_is_not_a_sha256_is_rejected_by_the_contract(tmp_path):
+    """pdf_sha256 is data: one of 5,000 characters (once an OSError, the name being past the file
+    system's length) or a path ("../x") never reaches the store; the table contract (a sha256 in
+    hex) rejects each paper as bad_value, naming the column, before the stage reads it."""
+    rows = [paper("long", None, tmp_path) | {"pdf_sha256": "ab" * 2500}, paper("path", None, tmp_path) | {"pdf_sha256": "../" + "a" * 61}]
+    pq.write_table(pa.Table.from_pylist(rows, schema=table_schema("mcitebench_papers")), tmp_path / "papers.parquet")  # past the writers' check
     out = tmp_path / "elements.parquet"
     params = {"pdf_store": str(tmp_path / "pdfs"), "image_store": str(tmp_path / "images"), "server_url": "http://127.0.0.1:9"}
     run_stage("parse_pdfs", "--input", f"papers={tmp_path / 'papers.parquet'}", "--output", f"elements={out}", "--params", json.dumps(params))
-    [reject] = duckdb.connect().execute(f"select reason from read_parquet('{out}.rejects.parquet')").fetchall()
-    assert reject == ("pdf_not_in_store",)
+    rejects = duckdb.connect().execute(f"select reason, detail from read_parquet('{out}.rejects.parquet') order by id").fetchall()
+    assert [r for r, _ in rejects] == ["bad_value", "bad_value"]
+    assert all("pdf_sha256" in detail for _, detail in rejects)

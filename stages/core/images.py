@@ -30,6 +30,12 @@ DEFAULT_ROOT = "data/cache/images"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
+def is_sha256(value) -> bool:
+    """A sha256 in hex, as the stores name files: a table's value is data, and `ab*` or `../x`
+    must never name another file."""
+    return isinstance(value, str) and _SHA256.fullmatch(value) is not None
+
+
 class ImageStore:
     def __init__(self, root: str | Path = DEFAULT_ROOT):
         self.root = Path(root)
@@ -46,9 +52,8 @@ class ImageStore:
         return digest
 
     def find(self, sha256: str) -> Path | None:
-        """The stored file of a hash, whatever its extension; None for a key that is not a sha256
-        (a table's value is data: `ab*` must not find another image's file)."""
-        if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
+        """The stored file of a hash, whatever its extension; None for a key that is not a sha256."""
+        if not is_sha256(sha256):
             return None
         matches = sorted((self.root / sha256[:2]).glob(f"{sha256}.*"))
         return matches[0] if matches else None
