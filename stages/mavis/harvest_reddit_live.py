@@ -35,8 +35,9 @@ Every answer is untrusted: the session checks a listing, comment tree or morechi
 against the shape praw reads (`ANSWERS`) before praw sees it. A listing page that is no listing
 fails the stage naming the subreddit and the field; a post on it of another shape (praw would fail
 on the whole page) is left out of what praw reads and is a reject bad_answer of its own, when it is
-in the window or has no readable date; a comment tree of another shape is its post's reject
-bad_answer. The records' fields are then judged by the harvest rules (bad_field_type...).
+in the window or has no readable date (a page left with no post is followed by the next page in
+its place, as praw ends a listing at an empty page); a comment tree of another shape is its post's
+reject bad_answer. The records' fields are then judged by the harvest rules (bad_field_type...).
 
 Record and replay (`mode`, as the fetch layer's): praw sends through a requests session that in
 `record` writes every answer (after retries; a request that failed them as a failure record) to
@@ -67,7 +68,7 @@ import logging
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
 import requests
 from requests.structures import CaseInsensitiveDict
@@ -79,7 +80,7 @@ from stages.core.retry import RetriesExhausted, RetryPolicy, with_retries
 from stages.core.schema_check import answer_problem, read_json
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "2"  # 2: a listed post of another shape is its own bad_answer, not the end of the harvest
+VERSION = "3"  # 2: a listed post of another shape is its own bad_answer, not the end of the harvest; 3: nor is a page of only such posts
 
 log = logging.getLogger("citeforge")
 
@@ -169,6 +170,15 @@ def check_answer(request: requests.PreparedRequest, status: int, body: bytes) ->
     return json.dumps(answer).encode(), left_out
 
 
+def emptied_page_after(request: requests.PreparedRequest, body: bytes) -> str | None:
+    """The `after` of a listing page left with no post (every one was of another shape, so left
+    out), when it names a page other than the one asked for; else None."""
+    data = read_json(body)["data"]
+    asked = parse_qs(urlsplit(request.url).query).get("after", [None])[0]
+    after = data["after"] if not data["children"] else None
+    return after if after and after != asked else None
+
+
 def exchange_key(request: requests.PreparedRequest) -> str:
     """What an exchange is recorded under and replayed from: the url, and for a request with a
     body (a form POST) the body appended as query."""
@@ -192,6 +202,7 @@ class ArchiveSession(requests.Session):
         self.recorder, self.archive, self.warc = recorder, archive or {}, warc
         self.pages: collections.Counter[str] = collections.Counter()  # listing path -> pages answered
         self.left_out: list[tuple[int, int, object, str]] = []  # (page, index, child, problem) of posts praw did not get
+        self.next_page: str | None = None  # the `after` to ask for in place of a page left with no post
 
     def checked(self, request: requests.PreparedRequest, response: requests.Response) -> requests.Response:
         """The response with the body praw may read (check_answer), the posts left out of it noted."""
@@ -200,13 +211,28 @@ class ArchiveSession(requests.Session):
         if path.endswith("/new") and response.status_code == 200:
             self.pages[path] += 1
             self.left_out += [(self.pages[path], index, child, problem) for index, child, problem in left_out]
+            self.next_page = emptied_page_after(request, response.content) if left_out else None
+        return response
+
+    def send(self, request: requests.PreparedRequest, **kwargs) -> requests.Response:
+        """One exchange; a listing page all of whose posts were left out is followed by the next
+        page in its place (praw ends a listing at an empty page, which would end the harvest early)."""
+        self.next_page = None
+        response = self.exchange(request, **kwargs)
+        while self.next_page is not None:
+            parts = urlsplit(request.url)
+            query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "after"] + [("after", self.next_page)]
+            request = request.copy()
+            request.url = urlunsplit(parts._replace(query=urlencode(query)))
+            self.next_page = None
+            response = self.exchange(request, **kwargs)
         return response
 
     def take_left_out(self) -> list[tuple[int, int, object, str]]:
         taken, self.left_out = self.left_out, []
         return taken
 
-    def send(self, request: requests.PreparedRequest, **kwargs) -> requests.Response:
+    def exchange(self, request: requests.PreparedRequest, **kwargs) -> requests.Response:
         is_token = urlsplit(request.url).path.rstrip("/").endswith(TOKEN_PATH)
         key = exchange_key(request)
         if self.mode == "replay":

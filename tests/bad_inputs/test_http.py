@@ -446,6 +446,38 @@ def test_a_listed_post_praw_cannot_read_outside_the_window_is_not_judged(tmp_pat
     assert report["stats"]["listed_after_window"] == 1
 
 
+def test_a_page_of_only_posts_praw_cannot_read_does_not_end_the_listing(tmp_path, monkeypatch):
+    """praw ends a listing at an empty page: a page whose every post was left out is followed by
+    the next page in its place, so the posts after it are harvested; record then replay reads the
+    same (the page asked for in its place is archived under its own url)."""
+    server = RedditServer()  # pages of 2: [b0, b1], [b2, a], [del, gallery], ...; b0, b1 and b2 of another shape
+    server.posts["askscience"][0:1] = [_post(pid, created=T0 + 8000 - k, author=None) for k, pid in enumerate(("b0", "b1", "b2"))]
+    monkeypatch.setenv(ID_ENV, "cid")
+    monkeypatch.setenv(SECRET_ENV, "secret")
+    warc = tmp_path / "reddit.warc.gz"
+    outputs = {}
+    try:
+        for mode in ("record", "replay"):
+            out = tmp_path / mode
+            params = _params(server.url, subreddits=["askscience"], retry_attempts=1, mode=mode, warc=str(warc))
+            run_stage("harvest_reddit_live", f"--output=posts={out}/posts.00000.parquet", f"--output=comments={out}/comments.00000.parquet",
+                      "--params", json.dumps(params))
+            server.stop()
+            outputs[mode] = out / "posts.00000.parquet"
+    finally:
+        if server.server.thread.is_alive():
+            server.stop()
+    for posts in outputs.values():
+        rejects = rejects_of(posts)
+        assert {k: v[0] for k, v in rejects.items() if v[0] == "bad_answer"} == {"reddit:b0": "bad_answer", "reddit:b1": "bad_answer",
+                                                                                 "reddit:b2": "bad_answer"}
+        assert rejects["reddit:b1"][1].startswith("r/askscience/new page 1, post 2 ")
+        assert rejects["reddit:b2"][1].startswith("r/askscience/new page 2, post 1 ")
+        assert "reddit:a" in {p["id"] for p in pq.read_table(posts).to_pylist()}
+        assert "incomplete_window" not in report_of(posts)["stats"]
+    assert pq.read_table(outputs["record"]).equals(pq.read_table(outputs["replay"]))
+
+
 def test_a_left_out_post_is_named_by_its_subreddit_and_page(tmp_path, monkeypatch):
     """Pages are counted per subreddit: the second subreddit's first page is its page 1."""
     server = RedditServer()
