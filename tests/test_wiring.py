@@ -150,6 +150,18 @@ def test_explain_read_through_head_ends_without_a_traceback():
     assert done.stdout.startswith("layers (later wins)") and done.stderr == ""
 
 
+def test_explain_lines_up_each_rules_origins_past_its_longest_name():
+    """A param name longer than the default column (answerers.0.llm.openai.max_in_flight) pushed
+    its value and origin right; the rule's longest name now sets the column."""
+    done = subprocess.run([sys.executable, "-m", "stages.core.explain", "--configfile", "config/recipe_real.yaml", "--no-dry-run",
+                           "--rule", "filter_visual_dependency"], cwd=REPO, capture_output=True, text=True, check=True)
+    rows = [line for line in done.stdout.splitlines() if line.startswith("  answerers.")]
+    starts = {line.rfind(origin) for line in rows for origin in ("recipe config/recipe_real.yaml", "model layer default", "base")
+              if line.endswith(origin)}
+    assert len(rows) > 20 and len(starts) == 1, starts
+    assert any(".openai.max_in_flight" in line for line in rows)
+
+
 def test_explain_names_the_rules_that_would_run(workflow_copy):
     done = subprocess.run([sys.executable, "-m", "stages.core.explain", "--rule", "sample_queries", "--targets", "release"],
                           cwd=workflow_copy, capture_output=True, text=True, check=True)

@@ -178,8 +178,9 @@ def render(report: dict) -> str:
         job = rule["jobs"][0]
         if len(rule["jobs"]) > 1:
             lines.append(f"  {len(rule['jobs'])} jobs; the first shown ({json.dumps(job['wildcards'])})")
+        width = max([34, *map(len, job["params"])])  # the rule's longest name sets its column, so origins line up
         for leaf, item in job["params"].items():
-            lines.append(f"  {leaf:<34} {_short(item['value']):<72} {item['origin']}")
+            lines.append(f"  {leaf:<{width}} {_short(item['value']):<72} {item['origin']}")
         lines.append("")
     lines.append("model roles:")
     seen = set()
