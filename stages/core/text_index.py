@@ -308,7 +308,9 @@ class ShardIndex:
     def passages(self, rows: list[int]) -> list[dict]:
         if self._passages is None:
             self._passages = pq.read_table(self.folder / "passages.parquet", memory_map=True)
-        return self._passages.take(pa.array(rows, type=pa.int64())).to_pylist() if rows else []
+        # a slice per row: `take` on a table of many chunks (the passages are written in batches)
+        # joins every chunk first, 100 ms a call at 1M passages against microseconds
+        return [self._passages.slice(row, 1).to_pylist()[0] for row in rows]
 
 
 def merge_topk(per_shard: list[list[tuple[float, int]]], k: int) -> list[tuple[float, int, int]]:
