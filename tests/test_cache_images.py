@@ -226,3 +226,12 @@ def test_the_store_finds_a_file_only_by_a_real_sha256(tmp_path):
     assert store.find(digest) == store.path(digest, "jpg")
     for key in (digest[:2] + "*", "*", digest[:10] + "?" * 54, "../" + digest, "a" * 5000, digest.upper(), ""):
         assert store.find(key) is None, key
+
+
+def test_the_store_finds_a_file_of_any_extension(tmp_path):
+    """The usual extensions are looked up by name; any other is still found (by a listing)."""
+    store = ImageStore(tmp_path / "store")
+    for data, ext in ((b"a jpeg", "jpg"), (b"a png", "png"), (b"a bitmap", "bmp"), (b"a JPEG named .jpeg", ".JPEG")):
+        digest = store.put(data, ext)
+        assert store.find(digest) == store.path(digest, ext) and store.read(digest) == data, ext
+    assert store.find("0" * 64) is None and store.find(None) is None

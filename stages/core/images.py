@@ -28,12 +28,27 @@ from .tables import atomic_write_bytes
 
 DEFAULT_ROOT = "data/cache/images"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_USUAL_EXTENSIONS = ("jpg", "png", "gif", "webp", "jpeg")  # what the stages store images as
 
 
 def is_sha256(value) -> bool:
     """A sha256 in hex, as the stores name files: a table's value is data, and `ab*` or `../x`
     must never name another file."""
     return isinstance(value, str) and _SHA256.fullmatch(value) is not None
+
+
+def file_of_hash(folder: Path, sha256) -> Path | None:
+    """`<folder>/<sha256>.<ext>`, whatever the extension (one of them if the bytes were stored
+    under several), or None, also for a value that is not a sha256. The usual extensions are
+    tried by name first: a glob lists the whole folder, milliseconds a lookup at millions of images."""
+    if not is_sha256(sha256):
+        return None
+    for ext in _USUAL_EXTENSIONS:
+        path = folder / f"{sha256}.{ext}"
+        if path.is_file():
+            return path
+    matches = sorted(folder.glob(f"{sha256}.*"))
+    return matches[0] if matches else None
 
 
 class ImageStore:
@@ -53,10 +68,7 @@ class ImageStore:
 
     def find(self, sha256: str) -> Path | None:
         """The stored file of a hash, whatever its extension; None for a key that is not a sha256."""
-        if not is_sha256(sha256):
-            return None
-        matches = sorted((self.root / sha256[:2]).glob(f"{sha256}.*"))
-        return matches[0] if matches else None
+        return file_of_hash(self.root / sha256[:2], sha256) if is_sha256(sha256) else None
 
     def read(self, sha256: str) -> bytes:
         found = self.find(sha256)

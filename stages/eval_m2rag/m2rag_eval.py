@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import pyarrow.parquet as pq
 
 from stages.core.errors import StageError
-from stages.core.images import is_named_file, is_sha256
+from stages.core.images import file_of_hash, is_named_file
 from stages.core.release import manifest_folder
 from stages.core.schema_check import read_json
 
@@ -174,10 +174,7 @@ def read_dev_set(path: Path) -> dict[str, list]:
 
 def image_file(folder: Path, sha256: str | None) -> Path | None:
     """A released image file, `images/<sha256>.<ext>`, or None (also for a value that is not a sha256)."""
-    if not is_sha256(sha256):
-        return None
-    found = sorted((folder / "images").glob(f"{sha256}.*"))
-    return found[0] if found else None
+    return file_of_hash(folder / "images", sha256)
 
 
 # ---------------------------------------------------------------- input selection (App. E)
