@@ -35,9 +35,9 @@ that ends mid-frame is one truncated_frame reject after its readable lines.
 
 Speed: the posts and the comments are judged at once, on two cores. A comment reader process
 (forked at the start, stages/core/forked.py) reads the comment dumps and applies the comment rules
-that need no post (the checks, duplicate, not_top_level) while this process judges the posts. It
+that need no post (the checks, not_top_level) while this process judges the posts. It
 holds its verdicts until this process sends it the kept posts (at most PENDING_TEXT of comment
-text; then it waits for them), joins each chunk to them (post_not_kept, or the post's shard) and
+text; then it waits for them), joins each chunk to them (post_not_kept, duplicate, or the post's shard) and
 hands the chunk over as Arrow batches, at most READ_AHEAD chunks ahead. Every verdict is the one a
 single process would reach: the kept posts are complete when the join runs. The kept posts are
 sent before the posts' last rows are written, so the joins overlap those writes. Parquet encoding
@@ -62,7 +62,8 @@ Posts are read 64 KiB of compressed bytes at a time (about 1 MB of text: a chunk
 records stay in cache), comments 256 KiB (fewer, larger hand-overs). Everything after the decode
 is batched per chunk. The comment rules run column by column on Arrow arrays (one verdict row per
 record, in line order, so rejects need no sort), and a chunk without a repeated id settles the
-duplicate rule in two set operations. A plain post's reject is returned rather than raised. The
+duplicate rule in two set operations (over the kept comments only: a monthly dump's hundreds of
+millions of comment ids are never held). A plain post's reject is returned rather than raised. The
 line loops record rejects themselves instead of opening a `ctx.item` scope per record, which
 costs more than parsing the line. Rejects are written as Arrow batches (`ctx.reject_many`) of the
 writers' batch size and at each dump's end. Kept rows become Arrow tables at each chunk's end, so
@@ -105,7 +106,7 @@ from stages.mavis.reddit_records import (REDDIT_REJECTS, PlainComment, PlainPost
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import table_schema
 
-VERSION = "3"
+VERSION = "4"  # 4: only kept comments are remembered for the duplicate rule
 
 MAX_WINDOW = 2**31  # pushshift dumps are compressed with --long=31
 CHUNK_SIZE = 1 << 16  # compressed bytes per read (see Speed)
@@ -505,12 +506,14 @@ class _Harvest:
 
 class _CommentRules:
     """The comment rules, run by the comment reader process. `judge` applies those that need no
-    post (the checks, duplicate, not_top_level) as soon as a chunk is read; `join` the last one
-    (post_not_kept, or the post's shard) once the kept posts are known."""
+    post (the checks, not_top_level) as soon as a chunk is read; `join` the others (post_not_kept,
+    then duplicate, or the post's shard) once the kept posts are known. As for posts, only kept
+    comments are remembered: a repeat of a kept comment is a duplicate, a repeat of a rejected one
+    is judged afresh. A monthly dump holds hundreds of millions of comments, few of them kept."""
 
     def __init__(self, shards: int):
         self.shards = shards
-        self.seen: set[str] = set()
+        self.kept: set[str] = set()  # the post_id-style items (reddit:<id>) of the comments kept so far
         decoder = msgspec.json.Decoder(PlainComment)
         self.decode, self.decode_lines = decoder.decode, decoder.decode_lines
 
@@ -557,18 +560,14 @@ class _CommentRules:
 
     def verdicts(self, ids: list, link_ids: list, parent_ids: list, bodies: list, scores: list, authors: list, created: list,
                  failures: dict[int, tuple[str, str, str]] | None = None) -> pa.Table:
-        """One row per record, in line order (JUDGED): a reject (`failures` first, then duplicate,
-        then not_top_level) or a comment waiting for its post (reason null, detail its link_id
-        for a post_not_kept reject). A record's id enters `seen` unless it failed its checks."""
+        """One row per record, in line order (JUDGED): a reject (`failures` first, then
+        not_top_level) or a comment waiting for its post (reason null, detail its link_id for a
+        post_not_kept reject)."""
         ids_array = pa.array(ids, pa.string())
         links, parents = pa.array(link_ids, pa.string()), pa.array(parent_ids, pa.string())
         top_level = pc.starts_with(parents, "t3_")
         reason = pc.if_else(top_level, _NO_TEXT, "not_top_level")
         detail = pc.if_else(top_level, links, parents)
-        repeated = self.repeated(ids)
-        if repeated is not None:
-            reason = pc.if_else(repeated, "duplicate", reason)
-            detail = pc.if_else(repeated, "comment seen in an earlier dump", detail)
         item = pc.binary_join_element_wise("reddit:", ids_array, "")
         if failures:
             failed = [failures.get(index, (None, None, None)) for index in range(len(ids))]
@@ -579,23 +578,21 @@ class _CommentRules:
         return pa.Table.from_arrays([item, post_id, pa.array(bodies, pa.string()), pa.array(scores, pa.int64()),
                                      pa.array(authors, pa.string()), pa.array(created, pa.int64()), reason, detail], schema=JUDGED)
 
-    def repeated(self, ids: list[str | None]) -> list[bool] | None:
-        """Which ids were seen before (in an earlier chunk or earlier in this one), None when none
-        was; every id joins `seen` but None (a record that failed its checks). Repeats are rare:
+    def repeated(self, items: list[str]) -> np.ndarray | None:
+        """Which of a chunk's would-be kept comments repeat one kept before (in an earlier chunk
+        or earlier in this one), None when none does; the others join `kept`. Repeats are rare:
         two set operations settle most chunks."""
-        seen = self.seen
-        present = [comment_id for comment_id in ids if comment_id is not None] if None in ids else ids
-        if seen.isdisjoint(present):
-            before = len(seen)
-            seen.update(present)
-            if len(seen) - before == len(present):
+        kept = self.kept
+        if kept.isdisjoint(items):
+            before = len(kept)
+            kept.update(items)
+            if len(kept) - before == len(items):
                 return None
-            seen.difference_update(present)  # an id repeats within the chunk: back to `seen` before it, then in order
-        flags = []
-        for comment_id in ids:
-            flags.append(comment_id in seen)
-            if comment_id is not None:
-                seen.add(comment_id)
+            kept.difference_update(items)  # an id repeats within the chunk: back to `kept` before it, then in order
+        flags = np.zeros(len(items), bool)
+        for index, item in enumerate(items):
+            flags[index] = item in kept
+            kept.add(item)
         return flags
 
     def join(self, kept_posts: dict[str, int], judged: pa.Table) -> tuple[list[bytes], bytes]:
@@ -605,12 +602,21 @@ class _CommentRules:
         shard = pa.array([kept_posts.get(post_id) for post_id in judged["post_id"].to_pylist()], pa.int64())
         waiting = judged["reason"].is_null()
         reason = pc.if_else(pc.and_(waiting, shard.is_null()), "post_not_kept", judged["reason"])
+        detail = judged["detail"]
         kept = reason.is_null()
+        kept_rows = np.flatnonzero(kept.to_numpy(zero_copy_only=False))
+        repeated = self.repeated(judged["id"].take(kept_rows).to_pylist()) if len(kept_rows) else None
+        if repeated is not None:
+            duplicate = np.zeros(len(judged), bool)
+            duplicate[kept_rows[repeated]] = True
+            reason = pc.if_else(duplicate, "duplicate", reason)
+            detail = pc.if_else(duplicate, "comment seen before (the first is kept)", detail)
+            kept = reason.is_null()
         rows = pa.Table.from_arrays([judged[field.name] for field in COMMENTS], schema=COMMENTS).filter(kept)
         shard = shard.filter(kept)
         per_shard = [_ipc(rows.filter(pc.equal(shard, number))) for number in range(self.shards)]
         rejected = pc.invert(kept)
-        rejects = pa.Table.from_arrays([judged["id"].filter(rejected), reason.filter(rejected), judged["detail"].filter(rejected)],
+        rejects = pa.Table.from_arrays([judged["id"].filter(rejected), reason.filter(rejected), detail.filter(rejected)],
                                        schema=REJECTS)
         return per_shard, _ipc(rejects)
 

@@ -142,6 +142,21 @@ def test_duplicate_comment_id_is_a_reject(tmp_path):
     assert [(r["id"], r["reason"]) for r in rejects] == [("reddit:k1", "duplicate")]
 
 
+def test_a_repeat_of_a_rejected_comment_is_judged_afresh(tmp_path):
+    """As for posts, only kept comments count for the duplicate rule (a monthly dump's comment ids
+    are never all held): a comment first seen under a post that is not kept, or as a reply, is
+    kept when it comes again as a top-level comment of a kept post; a reply given twice is
+    not_top_level twice; a repeat of a kept comment, in this chunk or a later dump, is a duplicate."""
+    comments = [_comment("k1", link_id="t3_gone", parent_id="t3_gone"), _comment("k1", body="again"),
+                _comment("r1", parent_id="t1_k1"), _comment("r1", parent_id="t1_k1"), _comment("k1", body="a third time")]
+    _, kept, rejects, report = _harvest(tmp_path, [], comments)
+    assert [(c["id"], c["body"]) for c in kept] == [("reddit:k1", "again")]
+    assert [(r["id"], r["reason"]) for r in rejects] == [("reddit:k1", "post_not_kept"), ("reddit:r1", "not_top_level"),
+                                                         ("reddit:r1", "not_top_level"), ("reddit:k1", "duplicate")]
+    assert rejects[-1]["detail"] == "comment seen before (the first is kept)"
+    assert report["rows_in"] == 1 + len(comments)
+
+
 def test_safe_coercions_keep_the_record(tmp_path):
     """Decimal strings and integral floats are read as the integers they spell; null is 0."""
     posts, _, rejects, _ = _harvest(tmp_path, [_post(score="12", created_utc=1672531200.0, num_comments=None)])
