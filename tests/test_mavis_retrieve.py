@@ -45,3 +45,21 @@ def test_top_k_per_query_and_setting(tmp_path):
             best = max((lists[(instance, k, s)][0] for s in ("text", "image")), key=lambda r: r["score"])
             assert ranked[0]["doc_id"] == best["doc_id"]
     assert {r["retriever"] for r in rows} == {"minilm:all-MiniLM-L6-v2 (images by their text stand-in)"}
+
+
+def test_top_k_is_the_full_sorts_first_k_ties_by_id_nan_last():
+    """top_k sorts only the candidates scoring at least the k-th best; on draws with many ties and
+    NaN scores (a zero vector) its answer is the first k of the full sort by score, then by id."""
+    import numpy as np
+
+    from stages.eval_mavis.mavis_retrievers import top_k
+
+    rng = np.random.default_rng(7)
+    for draw in range(3000):
+        scores = rng.integers(0, 5, size=60).astype(np.float32)
+        if draw % 5 == 0:
+            scores[rng.integers(0, 60, size=rng.integers(1, 30))] = np.nan
+        candidates = np.sort(rng.choice(60, size=rng.integers(0, 40), replace=False))
+        k = int(rng.integers(0, 12))
+        full = np.lexsort((candidates, -scores[candidates]))[:k]
+        assert top_k(scores, candidates, k) == [int(j) for j in candidates[full]], draw

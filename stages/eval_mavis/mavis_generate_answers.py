@@ -76,6 +76,7 @@ def run(ctx):
     params = ctx.params
     folder = release_folder(ctx.input_path("release"))
     release = load_release(folder)
+    images_of = question_images(release["images"])
     docs = {d["doc_id"]: d for d in release["documents"]}
     image_rows = {r["sha256"]: r for r in release["images"]}
     instances = {r["id"]: r for r in release["instances"]}
@@ -107,7 +108,7 @@ def run(ctx):
                           for m in ("text", "image")}}
                 with ctx.item(row["id"]):
                     question_imgs = [model_image(store, folder, r, params["max_image_side"])
-                                     for r in question_images(instance, release["images"])] if vision else []
+                                     for r in images_of(instance)] if vision else []
                     tasks.append((row, question_imgs))
         # Table 18: one extraction per distinct document (identical calls are made once by the client)
         needed = {d["doc_id"]: d for row, _ in tasks if row["method"].endswith("_ke") for d in row["documents"]}

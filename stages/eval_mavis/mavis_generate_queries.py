@@ -68,6 +68,7 @@ def run(ctx):
     params = ctx.params
     folder = release_folder(ctx.input_path("release"))
     release = load_release(folder)
+    images_of = question_images(release["images"])
     vision = sees_images(params)
     chosen = instances_to_evaluate(release, params["splits"], params["limit"])
     ctx.stats["not_asked"] = sum(1 for r in release["instances"] if r.get("split") not in params["splits"])
@@ -78,7 +79,7 @@ def run(ctx):
             ctx.stats[f"instances[{instance['split']}]"] += 1
             with ctx.item(instance["id"]):
                 images = [model_image(store, folder, row, params["max_image_side"])
-                          for row in question_images(instance, release["images"])] if vision else []
+                          for row in images_of(instance)] if vision else []
                 instances.append(instance)
                 requests.append(LLMRequest(
                     id=instance["id"], prompt=PROMPT, images=images,

@@ -80,6 +80,7 @@ def run(ctx):
     params = ctx.params
     folder = release_folder(ctx.input_path("release"))
     release = load_release(folder)
+    images_of = question_images(release["images"])
     facts: dict[str, list[dict]] = {}
     for fact in sorted(release["facts"], key=lambda f: f["fact_id"]):
         facts.setdefault(fact["instance_id"], []).append(fact)
@@ -148,7 +149,7 @@ def run(ctx):
                 i = s["sentence_index"]
                 if q_images is None:
                     q_images = [model_image(store, folder, r, params["max_image_side"])
-                                for r in question_images(instance, release["images"])] if vision else []
+                                for r in images_of(instance)] if vision else []
                 ask({**base, "scoring": "strict", "kind": "relevance", "sentence_index": i},
                     LLMRequest(id=s["id"], prompt=PROMPTS["relevance"], images=q_images, sampling=sampling,
                                variables={"question": response["question"], "statement": s["statement"],

@@ -86,8 +86,14 @@ RETRIEVERS = {"minilm": MiniLM, "clip": Clip}
 
 
 def top_k(scores: np.ndarray, candidates: np.ndarray, k: int) -> list[int]:
-    """The k best candidates by score, ties by document id (documents are sorted by id, so by index)."""
+    """The k best candidates by score, ties by document id (documents are sorted by id, so by index).
+    Only those scoring at least the k-th best are sorted: a full sort per query was 0.8 s at 5M."""
     if not len(candidates):
         return []
-    order = np.lexsort((candidates, -scores[candidates]))[:k]
+    values = scores[candidates]
+    if len(candidates) > k > 0:
+        ranked = np.where(np.isnan(values), -np.inf, values)  # a NaN (a zero vector) sorts last, as the lexsort puts it
+        keep = ranked >= np.partition(ranked, len(ranked) - k)[len(ranked) - k]
+        candidates, values = candidates[keep], values[keep]
+    order = np.lexsort((candidates, -values))[:k]
     return [int(j) for j in candidates[order]]
