@@ -235,7 +235,11 @@ def test_record_then_replay_with_the_server_stopped(tmp_path):
     finally:
         server.stop()
     assert warc.exists() and not list(tmp_path.glob(".*.tmp"))
-    assert len(load_archive((str(warc),))) == 4  # image, redirect hop, 404, blocked failure (image fetched twice, kept once)
+    archive = load_archive((str(warc),))
+    assert len(archive) == 4  # image, redirect hop, 404, blocked failure (image fetched twice, kept once)
+    # the archive holds where each body is, not the body (a run's pages and images would all sit in memory)
+    image = archive[urls[0]]
+    assert image.at[0] == str(warc) and "body" not in vars(image) and image.body == b"\x89PNG fake bytes"
 
     with Fetcher(settings(mode="replay", replay_warcs=[str(warc)])) as replayer:
         again = [replayer.fetch(urls[0]), replayer.fetch(urls[1])]

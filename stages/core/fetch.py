@@ -238,10 +238,22 @@ class WarcRecorder:
 
 @dataclass
 class _Recorded:
+    """One url's record in a replay WARC. Its body is read from the file when asked, so that a
+    replay holds the run's urls and headers, not every page and image of the run at once."""
+
     status: int
     headers: dict[str, str]
-    body: bytes = b""
+    at: tuple[str, int] | None = None  # (WARC file, offset of the record)
     failure: tuple[str, str] | None = None
+
+    @property
+    def body(self) -> bytes:
+        if self.at is None:
+            return b""
+        path, offset = self.at
+        with open(path, "rb") as stream:
+            stream.seek(offset)
+            return next(iter(ArchiveIterator(stream))).content_stream().read()
 
 
 class DamagedArchive(StageError):
@@ -267,7 +279,7 @@ def load_archive(paths: tuple[str, ...]) -> dict[str, _Recorded]:
             try:
                 for record in records:
                     seen += 1
-                    body = record.content_stream().read()
+                    body = record.content_stream().read()  # read whole, so a cut record is found here; kept only for a failure
                     missing = getattr(record.raw_stream, "limit", 0)  # Content-Length promised more than the file holds
                     offset = records.get_record_offset()  # (reads the record to its end: after the body)
                     if not record.rec_headers.get_header("WARC-Record-ID") or not record.rec_headers.get_header("WARC-Type"):
@@ -279,7 +291,7 @@ def load_archive(paths: tuple[str, ...]) -> dict[str, _Recorded]:
                         continue
                     if record.rec_type == "response" and record.http_headers is not None:
                         headers = {k.lower(): v for k, v in record.http_headers.headers}
-                        archive[url] = _Recorded(int(record.http_headers.get_statuscode()), headers, body)
+                        archive[url] = _Recorded(int(record.http_headers.get_statuscode()), headers, (path, offset))
                     elif record.rec_type == "metadata" and record.rec_headers.get_header("Content-Type") == FAILURE_TYPE:
                         failure = json.loads(body)
                         archive[url] = _Recorded(0, {}, failure=(failure["reason"], failure["detail"]))
