@@ -460,24 +460,30 @@ def test_spans_lie_within_their_text_in_order(tmp_path, schema_dir):
         table_schema("odd")
 
 
-def test_read_by_file_gives_each_files_rows_that_keep_the_contract(tmp_path, schema_dir):
-    """read_by_file splits the checked read back into its files: a row with a null the contract
-    forbids is this stage's reject whichever file holds it, and a whole-row repeat stays in the file
-    it was first read from."""
-    paths = _docs_shards(tmp_path, schema_dir, "table: docs\nkey: id\nrepeats: same_row\ncolumns:\n  id: string\n  text: string\n",
-                         [[{"id": "a", "text": "x"}, {"id": "b", "text": None}], [], [{"id": "a", "text": "x"}, {"id": "c", "text": "z"}]])
-    seen: list = []
+def test_count_rows_counts_each_files_rows_that_keep_the_contract_a_batch_at_a_time(tmp_path, schema_dir, monkeypatch):
+    """count_rows reads an input a batch at a time (here 2 rows) and counts the rows that keep the
+    contract per file and value; a row with a null the contract forbids is this stage's reject,
+    named by its file and row, as `read` names it. A table with a key cannot be counted so."""
+    monkeypatch.setattr(tables, "BATCH_ROWS", 2)
+    paths = _docs_shards(tmp_path, schema_dir, "table: docs\ncolumns:\n  id: string\n  text: string\n",
+                         [[{"id": "a", "text": "x"}, {"id": "b", "text": "y"}, {"id": "c", "text": "x"}, {"id": None, "text": "x"},
+                           {"id": "e", "text": "x"}], [], [{"id": "f", "text": "y"}]])
+    counted: list = []
 
     def run(ctx):
-        for path, table in ctx.read_by_file("rows"):
-            seen.append((Path(path).name, table.column("id").to_pylist()))
-        ctx.add_input(ctx.read("rows").num_rows)
-        ctx.write("out", ctx.read("rows"))
+        counted.extend(ctx.count_rows("rows", ["text"]).to_pylist())
+        ctx.add_input(0)
 
     out = tmp_path / "o" / "out.parquet"
     _run_docs_reader(run, paths, out)
-    assert seen == [("docs0.parquet", ["a"]), ("docs1.parquet", []), ("docs2.parquet", ["c"])]
-    assert [(r["id"], r["reason"]) for r in pq.read_table(f"{out}.rejects.parquet").to_pylist()] == [("b", "null_column")]
+    assert counted == [{"file": str(paths[0]), "text": "x", "rows": 3}, {"file": str(paths[0]), "text": "y", "rows": 1},
+                       {"file": str(paths[2]), "text": "y", "rows": 1}]
+    [reject] = pq.read_table(f"{out}.rejects.parquet").to_pylist()
+    assert (reject["id"], reject["reason"]) == ("docs0.parquet row 3", "null_column") and reject["detail"].endswith("(input 'rows', docs0.parquet row 3)")
+
+    keyed = _docs_shards(tmp_path, schema_dir, "table: docs\nkey: id\ncolumns:\n  id: string\n  text: string\n", [[{"id": "a", "text": "x"}]])
+    with pytest.raises(ValueError, match="table 'docs' has a key"):
+        _run_docs_reader(run, keyed, tmp_path / "k" / "out.parquet")
 
 
 def test_a_castable_column_type_is_cast_and_a_value_that_does_not_convert_fails_naming_it(tmp_path, scored_dir):

@@ -190,13 +190,12 @@ def write_manifest(path: str, name: str, version: str, folder: Path, tables: dic
     atomic_write_bytes(path, json.dumps(manifest, indent=2).encode())
 
 
-def reject_counts(rejects: pa.Table) -> pa.Table:
-    """(stage, reason, rows) over the family's rejects: what was dropped and why."""
-    if rejects.num_rows == 0:
-        return pa.table({"stage": pa.array([], pa.string()), "reason": pa.array([], pa.string()), "rows": pa.array([], pa.int64())})
+def reject_counts(counts: pa.Table) -> pa.Table:
+    """(stage, reason, rows) over the family's rejects, from Context.count_rows's per-file counts
+    of them (`stage`, `reason`, `rows`; other columns summed over): what was dropped and why."""
     with duckdb.connect() as con:
-        con.register("rejects", rejects)
-        return con.sql("select stage, reason, count(*)::bigint as rows from rejects group by 1, 2 order by 1, 2").to_arrow_table()
+        con.register("counts", counts.select(["stage", "reason", "rows"]))
+        return con.sql("select stage, reason, sum(rows)::bigint as rows from counts group by 1, 2 order by 1, 2").to_arrow_table()
 
 
 def publish_release(

@@ -70,7 +70,7 @@ from .declarations import declared_meaning
 from .errors import StageError
 from .layout import PLAIN_NAME, LayoutError, stage_module
 from .tables import (CONTRACT_REJECTS, REJECTS_CONTRACT, REJECTS_SCHEMA, SchemaError, TableWriter, check_columns, commit_together, contract_problems, first_of_repeats,
-                     read_tables, row_key, stage_bytes, sweep_stale_temps, table_contract, table_schema)
+                     read_batches, read_tables, row_key, stage_bytes, sweep_stale_temps, table_contract, table_schema)
 
 log = logging.getLogger("citeforge")
 
@@ -375,7 +375,6 @@ class Context:
         # invariant) leave them out; the report adds them to rows in and rejected.
         self.contract_rejected: collections.Counter[tuple[str, str]] = collections.Counter()  # (input, reason) -> rows
         self._read_cache: dict[str, pa.Table] = {}
-        self._read_from: dict[str, np.ndarray] = {}  # per input read: the file each kept row came from
         self._file_rows: collections.Counter[str] = collections.Counter()  # rows a file output holds
         self.stats: collections.Counter[str] = collections.Counter()  # extra figures for the report
         self.started_at = time.time()  # temps of our outputs older than this are a killed run's
@@ -450,17 +449,35 @@ class Context:
             self._read_cache[name] = self._read_checked(name)
         return self._read_cache[name]
 
-    def read_by_file(self, name: str) -> list[tuple[str, pa.Table]]:
-        """`read(name)` split back into its files: (path, that file's rows that keep the contract),
-        for a stage to which the file a row sits in means something (release_mavis names a shared
-        stage's rejects after the rule folder of their sidecar)."""
-        table = self.read(name)
-        paths = self._inputs.get(name) or []
-        if name not in self._read_from:  # every row kept: the files' row counts place them
-            sizes = [pq.ParquetFile(path).metadata.num_rows for path in paths]
-            self._read_from[name] = np.repeat(np.arange(len(paths)), sizes)
-        files = self._read_from[name]
-        return [(path, table.filter(pa.array(files == i))) for i, path in enumerate(paths)]
+    def count_rows(self, name: str, by: list[str]) -> pa.Table:
+        """How many rows of input `name` keep its table's contract, per file and per value of the
+        `by` columns (columns `file`, *by, `rows`), read a batch at a time: a harvest's rejects may
+        be hundreds of millions of rows, more than `read` holds. The other rows are rejected as
+        `read` rejects them. For a table whose contract needs no other row than the one checked
+        (no key, no whole-row repeats)."""
+        spec = self.stage.inputs[name]
+        schema, contract = table_schema(spec.table), table_contract(spec.table)
+        if contract.key or contract.same_row_repeats:
+            raise ValueError(f"count_rows reads input {name!r} a batch at a time: table {spec.table!r} has a key or whole-row repeats")
+        parts = []
+        for path in self.input_paths(name):
+            done = 0
+            for batch in read_batches(path, schema, spec.table):
+                size, problems = batch.num_rows, contract_problems(batch, contract)
+                if problems:
+                    self._reject_broken(name, batch, contract, problems, lambda row: f"{Path(path).name} row {done + row}")
+                    keep = np.ones(batch.num_rows, dtype=bool)
+                    keep[[row for row, _, _ in problems]] = False
+                    batch = batch.filter(pa.array(keep))
+                counts = batch.group_by(by).aggregate([([], "count_all")])
+                parts.append(counts.append_column("file", pa.repeat(pa.scalar(path), counts.num_rows)))
+                done += size
+        empty = pa.table({"file": pa.array([], pa.string()), **{c: pa.array([], schema.field(c).type) for c in by},
+                          "rows": pa.array([], pa.int64())})
+        if not parts:
+            return empty
+        summed = pa.concat_tables(parts).group_by(["file", *by]).aggregate([("count_all", "sum")])
+        return pa.table({"file": summed["file"], **{c: summed[c] for c in by}, "rows": summed["count_all_sum"]}).sort_by([("file", "ascending")])
 
     def _read_checked(self, name: str) -> pa.Table:
         spec = self.stage.inputs[name]
@@ -481,27 +498,31 @@ class Context:
                 self.stats[f"{name}_repeated_rows"] = table.num_rows - len(read_rows)
                 table = table.take(pa.array(read_rows))
         problems = contract_problems(table, contract)
-        if not problems and read_rows is None:
+        if not problems:
             return table
         ends = np.cumsum([pq.ParquetFile(path).metadata.num_rows for path in paths])  # where each file's rows end
-        placed = np.asarray(read_rows) if read_rows is not None else np.arange(table.num_rows)  # each row's place in the files
-        if not problems:
-            self._read_from[name] = np.searchsorted(ends, placed, side="right")
-            return table
-        ids, reasons, details = [], [], []
-        for row, reason, detail in problems:
+
+        def where(row: int) -> str:
             in_files = int(read_rows[row]) if read_rows is not None else row
             at = int(np.searchsorted(ends, in_files, side="right"))
-            where = f"{Path(paths[at]).name} row {in_files - (ends[at - 1] if at else 0)}"
-            ids.append(row_key(table, contract, row) or where)
-            reasons.append(reason)
-            details.append(f"{detail} (input {name!r}, {where})")
-            self.contract_rejected[name, reason] += 1
-        self._write_rejects(ids, reasons, details)
+            return f"{Path(paths[at]).name} row {in_files - (ends[at - 1] if at else 0)}"
+
+        self._reject_broken(name, table, contract, problems, where)
         keep = np.ones(table.num_rows, dtype=bool)
         keep[[row for row, _, _ in problems]] = False
-        self._read_from[name] = np.searchsorted(ends, placed[keep], side="right")
         return table.filter(pa.array(keep))
+
+    def _reject_broken(self, name: str, table: pa.Table, contract, problems: list[tuple[int, str, str]], where) -> None:
+        """Reject the rows of input `name` that break its table's contract (`problems`, from
+        contract_problems), each named by its key or by `where(row)`, its file and row."""
+        ids, reasons, details = [], [], []
+        for row, reason, detail in problems:
+            at = where(row)
+            ids.append(row_key(table, contract, row) or at)
+            reasons.append(reason)
+            details.append(f"{detail} (input {name!r}, {at})")
+            self.contract_rejected[name, reason] += 1
+        self._write_rejects(ids, reasons, details)
 
     def check_inputs(self) -> None:
         """Every file of every table input holds its declared table's columns with their types,

@@ -63,7 +63,7 @@ import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -576,25 +576,37 @@ def read_tables(paths: list[str] | str, schema: pa.Schema | None = None, table: 
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not paths:
         raise ValueError("read_tables needs at least one path")
-    tables = []
-    for path in paths:
-        data = pq.read_table(path)
-        for want in schema or []:
-            at = data.schema.get_field_index(want.name)
-            got = data.schema.field(at).type if at >= 0 else want.type
-            if not got.equals(want.type):
-                try:
-                    data = data.set_column(at, want, data.column(at).cast(want.type))
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
-                    raise SchemaError(f"{path} (table {table!r}): column {want.name!r} is {got}, expected {want.type}, "
-                                      f"and a value does not convert: {err}") from None
-        tables.append(data)
+    tables = [_cast(pq.read_table(path), schema, path, table) for path in paths]
     if len(tables) == 1:
         return tables[0]
     try:
         return pa.concat_tables(tables, promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
         raise SchemaError(f"{paths[0]} and the other files (table {table!r}) do not make one table: {err}") from None
+
+
+BATCH_ROWS = 1 << 20  # rows a batch of read_batches: about 150 MB of rejects
+
+
+def read_batches(path: str | os.PathLike, schema: pa.Schema, table: str) -> Iterator[pa.Table]:
+    """One Parquet file BATCH_ROWS rows at a time, cast as read_tables casts it: for a stage that
+    needs one pass over an input too large to hold at once (a harvest's rejects)."""
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
+        yield _cast(pa.Table.from_batches([batch]), schema, path, table)
+
+
+def _cast(data: pa.Table, schema: pa.Schema | None, path, table: str) -> pa.Table:
+    """`data` with each column of `schema` cast to its declared type where it holds another."""
+    for want in schema or []:
+        at = data.schema.get_field_index(want.name)
+        got = data.schema.field(at).type if at >= 0 else want.type
+        if not got.equals(want.type):
+            try:
+                data = data.set_column(at, want, data.column(at).cast(want.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
+                raise SchemaError(f"{path} (table {table!r}): column {want.name!r} is {got}, expected {want.type}, "
+                                  f"and a value does not convert: {err}") from None
+    return data
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

@@ -42,13 +42,13 @@ VERSION = "3"
 
 _DECISIONS = """
 with judged as (
-    select 'clear question needing rich references (fig. 5)' as step, clear as label from queries
-    union all select 'clear question needing rich references (fig. 5)', 0 from rejects where reason = 'not_clear'
-    union all select 'clear question needing rich references (fig. 5)', 1 from rejects where reason = 'no_images_needed'
-    union all select 'answer needs images (fig. 6)', needs_images from queries
-    union all select 'answer needs images (fig. 6)', 0 from rejects where reason = 'no_images_needed'
+    select 'clear question needing rich references (fig. 5)' as step, clear as label, 1::bigint as n from queries
+    union all select 'clear question needing rich references (fig. 5)', 0, rows from reject_counts where reason = 'not_clear'
+    union all select 'clear question needing rich references (fig. 5)', 1, rows from reject_counts where reason = 'no_images_needed'
+    union all select 'answer needs images (fig. 6)', needs_images, 1 from queries
+    union all select 'answer needs images (fig. 6)', 0, rows from reject_counts where reason = 'no_images_needed'
 )
-select step, label::int as label, count(*)::bigint as queries from judged group by 1, 2 order by 1 desc, 2
+select step, label::int as label, sum(n)::bigint as queries from judged group by 1, 2 order by 1 desc, 2
 """
 
 
@@ -68,12 +68,12 @@ PAGE_COLUMNS = ["id", "query_id", "rank", "url", "final_url", "title", "chars", 
 ELEMENT_COLUMNS = ["element_id", "page_id", "query_id", "order", "kind", "text", "image_url", "placeholder", "score", "analysis", "mode", "image_sha256"]
 
 
-def build_tables(queries: pa.Table, rejects: pa.Table, categories: list[dict], sampled: pa.Table | None = None,
+def build_tables(queries: pa.Table, counts: pa.Table, categories: list[dict], sampled: pa.Table | None = None,
                  pages: pa.Table | None = None, elements: pa.Table | None = None, captions: pa.Table | None = None,
                  min_image_score: int = 3) -> dict[str, pa.Table]:
     con = duckdb.connect()
     con.register("queries", queries)
-    con.register("rejects", rejects)
+    con.register("reject_counts", counts)
     con.register("sampled", sampled if sampled is not None else pa.table({"id": pa.array([], pa.string()), "sample_category": pa.array([], pa.int32())}))
     cats = pa.table({"id": pa.array([c["id"] for c in categories], pa.int32()), "name": [c["name"] for c in categories]})
     con.register("cats", cats)
@@ -115,7 +115,7 @@ def build_tables(queries: pa.Table, rejects: pa.Table, categories: list[dict], s
         con.register("queries", tables["queries"])
         values = [con.execute(sql).fetchone()[0] for _, sql in STATISTICS]
         tables["statistics"] = pa.table({"item": [item for item, _ in STATISTICS], "value": pa.array(values, pa.float64())})
-    tables["reject_counts"] = reject_counts(rejects)
+    tables["reject_counts"] = counts
     return tables
 
 
@@ -235,7 +235,8 @@ def run(ctx):
     if sampled is not None:
         sampled = sampled.sort_by("id")
     ctx.add_input((sampled if sampled is not None else queries).num_rows)
-    tables = build_tables(queries, ctx.read("rejects"), p["categories"], sampled, optional.get("pages"), optional.get("elements"),
+    counts = reject_counts(ctx.count_rows("rejects", ["stage", "reason"]))  # a batch at a time: the rejects may be many
+    tables = build_tables(queries, counts, p["categories"], sampled, optional.get("pages"), optional.get("elements"),
                           optional.get("captions"), p["min_image_score"])
     extra = write_exports(tables, image_files(tables, ImageStore(p["image_store"]))) if "elements" in tables else None
     publish_release(ctx, tables, lambda name, version: card(name, version, tables, p["min_image_score"]), extra)

@@ -21,6 +21,9 @@ from stages.core.tables import table_contract, table_schema
 REPO = Path(__file__).resolve().parents[2]
 
 
+PATTERN_SAMPLES = {"[0-9a-f]{64}": "0" * 64, "([0-9a-f]{64})?": ""}  # a value matching each declared pattern of a text column
+
+
 def valid(table: str, **values) -> dict:
     """A row of `table` that keeps its contract, with `values` put in (which may break it)."""
     contract = table_contract(table)
@@ -28,6 +31,8 @@ def valid(table: str, **values) -> dict:
     for f in table_schema(table):
         if f.name in contract.nullable:
             row[f.name] = None
+        elif f.name in contract.patterns and pa.types.is_string(f.type):
+            row[f.name] = PATTERN_SAMPLES[contract.patterns[f.name]]
         elif f.name in contract.values:
             row[f.name] = sorted(contract.values[f.name])[0] if not pa.types.is_list(f.type) else []
         elif pa.types.is_list(f.type):
@@ -353,7 +358,7 @@ def test_citeeval_editdist_reference_edit_off_its_contract(tmp_path):
 
 # --- citeeval_from_m2rag: a placed image that names no input image, input images numbered twice -----
 def test_citeeval_from_m2rag_output_image_naming_no_input(tmp_path):
-    image = {"n": 1, "source": "page", "page_rank": 1, "url": "u", "sha256": "s", "thumb_sha256": "t", "caption": "A dog.", "caption_mode": "m",
+    image = {"n": 1, "source": "page", "page_rank": 1, "url": "u", "sha256": "5" * 64, "thumb_sha256": "", "caption": "A dog.", "caption_mode": "m",
              "score": 0.5, "shown": "caption"}
     placed = {"response": "Dogs bark. ![A dog.](image_1)", "output_images": [{"n": 1, "start": 11, "end": 29}]}
     responses = [valid("m2rag_responses", id="ok", inputs=[image], **placed),
