@@ -10,7 +10,7 @@ import pytest
 from m2rag_eval_fixtures import make_m2rag_release
 from stages.eval_m2rag.m2rag_eval import (Selection, aggregate, by_topic, context_precision, document_with_captions, faithfulness,
                                     image_contexts, image_recall_count, image_recall_judge, normalise, read_release, reference_score,
-                                    resolve_placeholders, response_scores, select_inputs, strip_placeholders)
+                                    group_inputs, resolve_placeholders, response_scores, select_inputs, strip_placeholders)
 
 
 def test_normalise():
@@ -162,7 +162,7 @@ def test_overall_without_output_images():
 def test_select_inputs_app_e(tmp_path, aux, captions):
     folder = make_m2rag_release(tmp_path / "rel", aux=aux, captions=captions, manifest=False)
     tables = read_release(folder)
-    pages, images = select_inputs("eli5:q0", tables, Selection(text_per_page=2, min_text_score=3, min_image_score=3, max_page_images=1,
+    pages, images = select_inputs("eli5:q0", group_inputs(tables), Selection(text_per_page=2, min_text_score=3, min_image_score=3, max_page_images=1,
                                                                max_aux_images=5, max_images=10))
     assert [p["rank"] for p in pages] == [1, 2]
     # top 2 pieces per page (the 1.0 advertisement is below the minimum), page order kept, image in place

@@ -195,16 +195,29 @@ def _best(rows: list[dict], k: int, minimum: float) -> list[dict]:
     return sorted(kept, key=lambda r: (-r["score"], r.get("order", 0)))[:k]
 
 
-def select_inputs(query_id: str, tables: dict[str, list[dict]], sel: Selection) -> tuple[list[dict], list[dict]]:
-    """(pages, images) of one query. pages: [{rank, title, url, blocks}] in rank order, blocks the
-    kept text pieces and images in page order ({"text": ...} or {"image": n}); images: the chosen
-    input images numbered 1.. (page images in page order first, then auxiliary ones)."""
-    pages = sorted((p for p in tables["pages"] if p["query_id"] == query_id), key=lambda p: p["rank"])
-    page_ids = {p["id"] for p in pages}
+def group_inputs(tables: dict[str, list[dict]]) -> dict[str, dict[str, list]]:
+    """The release's pages and auxiliary images by query, its elements and page images (with
+    their place in the table) by page: built once, for select_inputs, which scanned every table
+    for each query."""
+    grouped: dict[str, dict[str, list]] = {"pages": {}, "aux_images": {}, "elements": {}, "images": {}}
+    for name, key in (("pages", "query_id"), ("aux_images", "query_id"), ("elements", "page_id")):
+        for row in tables[name]:
+            grouped[name].setdefault(row[key], []).append(row)
+    for position, row in enumerate(tables["images"]):
+        grouped["images"].setdefault(row["page_id"], []).append((position, row))
+    return grouped
+
+
+def select_inputs(query_id: str, grouped: dict[str, dict[str, list]], sel: Selection) -> tuple[list[dict], list[dict]]:
+    """(pages, images) of one query, from the release grouped by group_inputs. pages: [{rank,
+    title, url, blocks}] in rank order, blocks the kept text pieces and images in page order
+    ({"text": ...} or {"image": n}); images: the chosen input images numbered 1.. (page images in
+    page order first, then auxiliary ones)."""
+    pages = sorted(grouped["pages"].get(query_id, []), key=lambda p: p["rank"])
     rank = {p["id"]: p["rank"] for p in pages}
-    elements = [e for e in tables["elements"] if e["page_id"] in page_ids]
-    page_images = [dict(i, rank=rank[i["page_id"]]) for i in tables["images"] if i["page_id"] in page_ids]
-    aux = [dict(a, order=i) for i, a in enumerate(a for a in tables["aux_images"] if a["query_id"] == query_id)]
+    on_pages = sorted((placed for page_id in rank for placed in grouped["images"].get(page_id, [])), key=lambda placed: placed[0])
+    page_images = [dict(i, rank=rank[i["page_id"]]) for _, i in on_pages]  # in table order, as ties among them fall
+    aux = [dict(a, order=i) for i, a in enumerate(grouped["aux_images"].get(query_id, []))]
     n_aux = min(sel.max_aux_images, sel.max_images)
     chosen_aux = _best(aux, n_aux, sel.min_image_score)
     chosen_page = _best(page_images, min(sel.max_page_images, sel.max_images - len(chosen_aux)), sel.min_image_score)
@@ -219,7 +232,7 @@ def select_inputs(query_id: str, tables: dict[str, list[dict]], sel: Selection) 
                        "caption": img.get("caption") or "", "caption_mode": img.get("caption_mode") or "", "score": float(img["score"])})
     out = []
     for page in pages:
-        mine = [e for e in elements if e["page_id"] == page["id"]]
+        mine = grouped["elements"].get(page["id"], [])
         texts = {e["element_id"] for e in _best([e for e in mine if e["kind"] == "text"], sel.text_per_page, sel.min_text_score)}
         blocks = []
         for e in sorted(mine, key=lambda e: e["order"]):

@@ -44,7 +44,8 @@ from stages.core.ids import content_id
 from stages.core.images import DECODED_FORMATS, ImageStore
 from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.llm.openai import IMAGE_SLOT
-from stages.eval_m2rag.m2rag_eval import Selection, image_file, placeholder, read_release, release_folder, resolve_placeholders, select_inputs
+from stages.eval_m2rag.m2rag_eval import (Selection, group_inputs, image_file, placeholder, read_release, release_folder, resolve_placeholders,
+                                          select_inputs)
 from stages.core.stage import Input, Output, Param, Reject, Stage, log
 
 VERSION = "2"
@@ -213,13 +214,14 @@ def run(ctx):
 
         encoder = load_encoder()
     queries = sorted(tables["queries"], key=lambda q: q["id"])
+    grouped = group_inputs(tables)
     if params["limit"]:
         queries = queries[: params["limit"]]
     with LLMClient.from_params(params["llm"], stats=ctx.stats) as client:
         store = ImageStore(client.settings["image_store"])
         for query in queries:
             with ctx.item(query["id"]):
-                pages, images = select_inputs(query["id"], tables, sel)
+                pages, images = select_inputs(query["id"], grouped, sel)
                 if not pages and not images:
                     raise Reject("no_pages", f"no text piece scored >= {sel.min_text_score} and no image scored >= {sel.min_image_score}")
                 for image in images:  # thumbnails stored for every model: a vision judge sees them too
