@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stages.core.errors import StageError
@@ -60,14 +61,23 @@ def release_folder(path: str) -> Path:
 
 
 def load_release(folder: Path) -> dict[str, list[dict]]:
-    """The release's tables as rows; a table the evaluation needs and the release lacks stops the stage."""
+    """The release's tables as rows, of `fact_documents` only the entailed pairs (what `positives`
+    reads; the release holds tens of millions of pairs at real scale); a table the evaluation
+    needs and the release lacks stops the stage."""
     tables = {}
     for name in RELEASE_TABLES:
         path = folder / "parquet" / f"{name}.parquet"
         if not path.exists():
             raise StageError(f"release {folder}: no {name} table (parquet/{name}.parquet); a MAVIS release with "
                              "documents is needed for the evaluation")
-        tables[name] = pq.read_table(path).to_pylist()
+        if name == "fact_documents":
+            missing = sorted({"fact_id", "doc_id", "entailed"} - set(pq.read_schema(path).names))
+            if missing:
+                raise StageError(f"release {folder}: parquet/{name}.parquet has no column(s) {missing}")
+            pairs = pq.read_table(path, columns=["fact_id", "doc_id", "entailed"])
+            tables[name] = pairs.filter(pc.equal(pairs["entailed"], True)).to_pylist()
+        else:
+            tables[name] = pq.read_table(path).to_pylist()
     return tables
 
 

@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import collections
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from stages.core.quotas import sample
 from stages.core.review import write_sheet
 from stages.core.stage import Input, Output, Param, Stage
@@ -58,11 +61,11 @@ def run(ctx) -> None:
     facts_of = collections.defaultdict(list)
     for fact in sorted(ctx.read_rows("facts"), key=lambda f: f["fact_id"]):
         facts_of[fact["instance_id"]].append(fact)
+    # tens of millions of judged pairs at real scale: only the entailed ones become Python rows
+    judged = ctx.read("judged")
     entailed = collections.defaultdict(list)
-    for row in ctx.read_rows("judged"):
-        if row["entailed"]:
-            entailed[row["fact_id"]].append(row)
-    documents = {d["doc_id"]: d for d in ctx.read_rows("documents")}
+    for row in judged.filter(judged["entailed"]).select(["fact_id", "doc_id", "rank", "modality", "score"]).to_pylist():
+        entailed[row["fact_id"]].append(row)
 
     def supported(fact) -> bool:
         modalities = {r["modality"] for r in entailed[fact["fact_id"]]}
@@ -85,19 +88,21 @@ def run(ctx) -> None:
             ctx.stats[f"sampled[{row['value']}]"] = row["achieved"]
     ctx.write("sample", [{"instance_id": e["id"], "domain": e["domain"], "supported_facts": e["supported_facts"]} for e in picked])
 
+    to_show = [(e, fact, shown(entailed[fact["fact_id"]], p["docs_per_fact"])) for e in picked for fact in facts_of[e["id"]]]
+    documents = ctx.read("documents")  # only the shown ones become Python rows
+    wanted = pa.array(sorted({r["doc_id"] for _, _, docs in to_show for r in docs}), pa.string())
+    documents = {d["doc_id"]: d for d in documents.filter(pc.is_in(documents["doc_id"], wanted)).to_pylist()}
     rows = []
-    for e in picked:
-        for fact in facts_of[e["id"]]:
-            docs = shown(entailed[fact["fact_id"]], p["docs_per_fact"])
-            if not docs:
-                continue  # "instances without supporting documents were removed": nothing to ground
-            row = {"instance_id": e["id"], "domain": e["domain"], "question": e["question"], "fact_id": fact["fact_id"],
-                   "fact": fact["text"], "relevant": "", "note": ""}
-            for k, r in enumerate(docs, 1):
-                doc = documents.get(r["doc_id"], {})
-                content = doc.get("url") if r["modality"] == "image" else doc.get("text")
-                row |= {f"doc_{k}": r["doc_id"], f"doc_{k}_modality": r["modality"], f"doc_{k}_content": content or "", f"grounded_{k}": ""}
-            rows.append(row)
+    for e, fact, docs in to_show:
+        if not docs:
+            continue  # "instances without supporting documents were removed": nothing to ground
+        row = {"instance_id": e["id"], "domain": e["domain"], "question": e["question"], "fact_id": fact["fact_id"],
+               "fact": fact["text"], "relevant": "", "note": ""}
+        for k, r in enumerate(docs, 1):
+            doc = documents.get(r["doc_id"], {})
+            content = doc.get("url") if r["modality"] == "image" else doc.get("text")
+            row |= {f"doc_{k}": r["doc_id"], f"doc_{k}_modality": r["modality"], f"doc_{k}_content": content or "", f"grounded_{k}": ""}
+        rows.append(row)
     write_sheet(ctx.output_path("sheet"), sheet_columns(p["docs_per_fact"]), rows)
     ctx.stats["sheet_rows"] = len(rows)
 
