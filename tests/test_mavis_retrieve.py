@@ -63,3 +63,32 @@ def test_top_k_is_the_full_sorts_first_k_ties_by_id_nan_last():
         k = int(rng.integers(0, 12))
         full = np.lexsort((candidates, -scores[candidates]))[:k]
         assert top_k(scores, candidates, k) == [int(j) for j in candidates[full]], draw
+
+
+def test_the_clip_retriever_embeds_in_batches_as_one_by_one(tmp_path):
+    """The clip retriever (random weights: no checkpoint here) embeds image documents by their
+    pixels and text ones by the text tower, a batch at a time, each row as a batch of one gives it;
+    the stage ranks with it end to end."""
+    import numpy as np
+
+    from stages.eval_mavis.mavis_eval import load_release, release_folder
+    from stages.eval_mavis.mavis_retrievers import Clip
+
+    manifest = build_release(tmp_path / "rel" / "v1")
+    folder = release_folder(str(manifest))
+    docs = sorted(load_release(folder)["documents"], key=lambda d: d["doc_id"])
+    assert {d["modality"] for d in docs} == {"text", "image"}
+    params = {"clip_model": "ViT-B-32", "clip_weights": "", "device": "cpu", "batch_size": 3}
+    batched = Clip(params).documents(folder, docs)
+    single = Clip(params | {"batch_size": 1}).documents(folder, docs)
+    assert batched.shape == (len(docs), 512) and np.allclose(batched, single, atol=1e-4)
+    assert np.allclose(np.linalg.norm(batched, axis=1), 1, atol=1e-5)
+
+    queries = tmp_path / "queries.parquet"
+    write_table(queries, [{"id": f"mq:{i}:{k}", "model": "cand", "instance_id": i, "split": "test", "query_index": k, "query": q, "raw": q, "vision": False}
+                          for i, k, q in QUERIES], "mavis_eval_queries")
+    out = tmp_path / "retrieved.parquet"
+    run_stage("mavis_retrieve", f"--input=queries={queries}", f"--input=release={manifest}", f"--output=retrieved={out}",
+              "--params", json.dumps({"settings": ["multi"], "top_k": 2, "device": "cpu", "retriever": "clip", "batch_size": 2}))
+    rows = pq.read_table(out).to_pylist()
+    assert len(rows) == len(QUERIES) * 2 and {r["retriever"] for r in rows} == {"clip:ViT-B-32:random-weights"}
