@@ -31,6 +31,7 @@ import uuid
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from PIL import Image
 from tqdm import tqdm
@@ -47,15 +48,18 @@ CACHE_SCHEMA = pa.schema([("image_sha256", pa.string()), ("text_sha256", pa.stri
 
 class ScoreCache:
     """CLIP scores on disk, one folder per model: each run adds one Parquet file (atomic, unique
-    name), so parallel shards never write the same file; reading unions them all."""
+    name), so parallel shards never write the same file; reading unions them all, keeping the
+    scores of `images` only (a job's; the folder holds every shard's, millions at real scale)."""
 
-    def __init__(self, root: str, model_key: str):
+    def __init__(self, root: str, model_key: str, images: list[str]):
         self.folder = Path(root) / model_key if root else None
         self.scores: dict[tuple[str, str], float] = {}
         self.new: dict[tuple[str, str], float] = {}
         if self.folder is not None and self.folder.is_dir():
+            wanted = pa.array(sorted(set(images)), pa.string())
             for path in sorted(self.folder.glob("*.parquet")):
-                for r in pq.read_table(path).to_pylist():
+                table = pq.read_table(path)
+                for r in table.filter(pc.is_in(table["image_sha256"], wanted)).to_pylist():
                     self.scores[(r["image_sha256"], r["text_sha256"])] = r["score"]
 
     def add(self, key: tuple[str, str], score: float) -> None:
@@ -145,7 +149,7 @@ def _clip_filter(ctx, rows: list[dict], texts: dict) -> list[dict]:
     if weights and not os.path.isfile(weights):
         raise StageError(f"param clip_weights: no such file {weights} (weights are never downloaded)")
     model_key = f"{p['clip_model']}-{file_digest(weights)[:16] if weights else 'random-seed0'}"
-    cache = ScoreCache(p["score_cache"], model_key)
+    cache = ScoreCache(p["score_cache"], model_key, [row["sha256"] for row in rows])
     store = ImageStore(p["store"])
     keys = [(row["sha256"], sha256_hex(texts[row[p["text_key"]]].encode("utf-8"))) for row in rows]
     todo = sorted({k for k in keys if k not in cache.scores})
