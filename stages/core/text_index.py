@@ -306,11 +306,31 @@ class ShardIndex:
         return [(float(scores[r]), int(r)) for r in rows]
 
     def passages(self, rows: list[int]) -> list[dict]:
+        """The passages at `rows`; the shard's table is read on the first call and kept until
+        `release`."""
         if self._passages is None:
             self._passages = pq.read_table(self.folder / "passages.parquet", memory_map=True)
         # a slice per row: `take` on a table of many chunks (the passages are written in batches)
         # joins every chunk first, 100 ms a call at 1M passages against microseconds
         return [self._passages.slice(row, 1).to_pylist()[0] for row in rows]
+
+    def release(self) -> None:
+        self._passages = None
+
+
+def hit_passages(shards: list[ShardIndex], best: list[list[tuple[float, int, int]]]) -> list[list[dict]]:
+    """The passages of each query's merged hits (merge_topk's (score, shard, row)), read one shard
+    at a time: a shard's passages are hundreds of MB once decompressed, a job's shards gigabytes."""
+    out: list[list] = [[None] * len(hits) for hits in best]
+    wanted: list[list[tuple[int, int, int]]] = [[] for _ in shards]  # per shard: (query, place, row)
+    for query, hits in enumerate(best):
+        for place, (_, number, row) in enumerate(hits):
+            wanted[number].append((query, place, row))
+    for shard, places in zip(shards, wanted):
+        for (query, place, _), passage in zip(places, shard.passages([row for _, _, row in places])):
+            out[query][place] = passage
+        shard.release()
+    return out
 
 
 def merge_topk(per_shard: list[list[tuple[float, int]]], k: int) -> list[tuple[float, int, int]]:

@@ -37,7 +37,7 @@ from stages.core.fetch import FETCH_PARAMS, Fetcher, stage_fetch_settings
 from stages.core.ids import content_id
 from stages.core.search import SEARCH_PARAMS, SearchCache, SearchFailed, make_provider
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
-from stages.core.text_index import ShardIndex, merge_topk
+from stages.core.text_index import ShardIndex, hit_passages, merge_topk
 
 VERSION = "1"
 
@@ -65,7 +65,7 @@ def _passages(shards: list[ShardIndex], texts: list[str], k: int) -> list[list[d
     for shard in shards:
         for hits, shard_hits in zip(per_query, shard.search(texts, k)):
             hits.append(shard_hits)
-    return [[shards[s].passages([row])[0] for _, s, row in merge_topk(hits, k)] for hits in per_query]
+    return hit_passages(shards, [merge_topk(hits, k) for hits in per_query])
 
 
 def run(ctx) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from stages.core.ids import content_id
 from stages.core.queries import check_query, read_queries
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
-from stages.core.text_index import ShardIndex, merge_topk
+from stages.core.text_index import ShardIndex, hit_passages, merge_topk
 
 VERSION = "1"
 
@@ -59,14 +59,13 @@ def run(ctx) -> None:
         shards.append(shard)
 
     writer = ctx.writer("passages")
-    for (query_id, text), hits in zip(asked, per_query):
+    best = [merge_topk(hits, p["top_k"]) for hits in per_query]
+    for (query_id, text), merged, passages in zip(asked, best, hit_passages(shards, best)):
         with ctx.item(query_id, counted=False):
-            best = merge_topk(hits, p["top_k"])
-            if not best:
+            if not merged:
                 raise Reject("no_match", f"no passage of {len(shards)} shard(s) matches {text[:200]!r}")
             rows = []
-            for rank, (score, shard_no, row) in enumerate(best, 1):
-                passage = shards[shard_no].passages([row])[0]
+            for rank, ((score, shard_no, _), passage) in enumerate(zip(merged, passages), 1):
                 rows.append({
                     "id": content_id("hit", query_id, passage["passage_id"]), "query_id": query_id, "rank": rank,
                     "passage_id": passage["passage_id"], "score": score, "text": passage["text"], "shard": manifests[shard_no]["shard"],
