@@ -38,7 +38,9 @@ Invariant: instance rows in = instance rows released.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -140,8 +142,11 @@ def card(name: str, version: str, tables: dict[str, pa.Table]) -> str:
 
 
 def copy_images(folder: Path, store: ImageStore, images: pa.Table) -> None:
+    """Each image once as `images/<sha256>.jpg`, the others re-encoded as JPEG, in threads (Pillow
+    and the copy release the GIL; a release holds hundreds of thousands of images)."""
     (folder / "images").mkdir()
-    for sha in sorted(set(images.column("sha256").to_pylist())):
+
+    def copy(sha: str) -> None:
         source = store.find(sha)
         if source is None:
             raise StageError(f"image {sha} is not in the image store {store.root}")
@@ -151,6 +156,10 @@ def copy_images(folder: Path, store: ImageStore, images: pa.Table) -> None:
         else:
             with Image.open(source, formats=STORED_FORMATS) as im:
                 im.convert("RGB").save(target, "JPEG", quality=95)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        for _ in pool.map(copy, sorted(set(images.column("sha256").to_pylist()))):  # the first failure stops the stage
+            pass
 
 
 def write_jsonl(folder: Path, tables: dict[str, pa.Table]) -> None:
