@@ -481,6 +481,14 @@ def test_count_rows_counts_each_files_rows_that_keep_the_contract_a_batch_at_a_t
     [reject] = pq.read_table(f"{out}.rejects.parquet").to_pylist()
     assert (reject["id"], reject["reason"]) == ("docs0.parquet row 3", "null_column") and reject["detail"].endswith("(input 'rows', docs0.parquet row 3)")
 
+    import pyarrow as pa
+
+    pq.write_table(pa.table({"id": ["a"], "text": ["x"], "n": ["ten"]}), tmp_path / "words.parquet")  # n: text where int64 is declared
+    (schema_dir / "docs.yaml").write_text("table: docs\ncolumns:\n  id: string\n  text: string\n  n: int64\n")
+    tables.table_schema.cache_clear()
+    with pytest.raises(SystemExit, match=r"input 'rows': .*words.parquet \(table 'docs'\): column 'n' is string, expected int64"):
+        _run_docs_reader(run, [tmp_path / "words.parquet"], tmp_path / "w" / "out.parquet")
+
     keyed = _docs_shards(tmp_path, schema_dir, "table: docs\nkey: id\ncolumns:\n  id: string\n  text: string\n", [[{"id": "a", "text": "x"}]])
     with pytest.raises(ValueError, match="table 'docs' has a key"):
         _run_docs_reader(run, keyed, tmp_path / "k" / "out.parquet")

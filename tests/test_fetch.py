@@ -12,7 +12,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Response
 
-from stages.core.fetch import AddressGuard, Fetcher, FetchError, FetchSettings, load_archive
+from stages.core.fetch import AddressGuard, DamagedArchive, Fetcher, FetchError, FetchSettings, load_archive
 
 LOCAL = ("127.0.0.1/32",)
 SAMPLE_WARC = Path(__file__).resolve().parents[1] / "data/samples/reddit/images.warc.gz"
@@ -239,7 +239,7 @@ def test_record_then_replay_with_the_server_stopped(tmp_path):
     assert len(archive) == 4  # image, redirect hop, 404, blocked failure (image fetched twice, kept once)
     # the archive holds where each body is, not the body (a run's pages and images would all sit in memory)
     image = archive[urls[0]]
-    assert image.at[0] == str(warc) and "body" not in vars(image) and image.body == b"\x89PNG fake bytes"
+    assert image.at[:2] == (urls[0], str(warc)) and "body" not in vars(image) and image.body == b"\x89PNG fake bytes"
 
     with Fetcher(settings(mode="replay", replay_warcs=[str(warc)])) as replayer:
         again = [replayer.fetch(urls[0]), replayer.fetch(urls[1])]
@@ -250,6 +250,29 @@ def test_record_then_replay_with_the_server_stopped(tmp_path):
         (f.body, f.final_url, f.redirects, f.content_type) for f in live
     ]
     assert replayer.stats["requests"] == 0
+
+
+def test_a_replay_warc_replaced_after_loading_is_a_damaged_archive(tmp_path):
+    """A replayed body is read from its WARC when asked: if the file no longer holds that url's
+    record there (recorded again since), the replay stops naming the file, never answering with
+    another url's body."""
+    server = HTTPServer(host="127.0.0.1", port=0)
+    for path in ("/a", "/b"):
+        server.expect_request(path).respond_with_data(f"body of {path}".encode(), content_type="text/plain")
+    server.start()
+    try:
+        warcs = {}
+        for path in ("/a", "/b"):
+            warcs[path] = tmp_path / f"{path[1:]}.warc.gz"
+            with Fetcher(settings(mode="record"), record_to=warcs[path]) as recorder:
+                recorder.fetch(server.url_for(path))
+    finally:
+        server.stop()
+    with Fetcher(settings(mode="replay", replay_warcs=[str(warcs["/a"])])) as replayer:
+        assert replayer.fetch(server.url_for("/a")).body == b"body of /a"
+        warcs["/a"].write_bytes(warcs["/b"].read_bytes())  # /b's recording where /a's was
+        with pytest.raises(DamagedArchive, match=r"a.warc.gz is damaged: .*no longer http://127.0.0.1:\d+/a's"):
+            replayer.fetch(server.url_for("/a"))
 
 
 def test_failed_recording_leaves_no_archive(tmp_path):

@@ -243,17 +243,27 @@ class _Recorded:
 
     status: int
     headers: dict[str, str]
-    at: tuple[str, int] | None = None  # (WARC file, offset of the record)
+    at: tuple[str, str, int] | None = None  # (url, WARC file, offset of its record)
     failure: tuple[str, str] | None = None
 
     @property
     def body(self) -> bytes:
+        """The record's body, read from its WARC; DamagedArchive when the file no longer holds
+        that url's record there (replaced since it was loaded, or unreadable)."""
         if self.at is None:
             return b""
-        path, offset = self.at
-        with open(path, "rb") as stream:
-            stream.seek(offset)
-            return next(iter(ArchiveIterator(stream))).content_stream().read()
+        url, path, offset = self.at
+        try:
+            with open(path, "rb") as stream:
+                stream.seek(offset)
+                record = next(iter(ArchiveIterator(stream)))
+                if record.rec_headers.get_header("WARC-Target-URI") != url:
+                    raise DamagedArchive(path, f"the record at offset {offset} is no longer {url}'s (the file changed since it was read)")
+                return record.content_stream().read()
+        except DamagedArchive:
+            raise
+        except Exception as err:  # OSError, warcio's ArchiveLoadFailed, StopIteration at the end of a shortened file
+            raise DamagedArchive(path, f"the record of {url} at offset {offset} does not read: {type(err).__name__}: {err}") from None
 
 
 class DamagedArchive(StageError):
@@ -291,7 +301,7 @@ def load_archive(paths: tuple[str, ...]) -> dict[str, _Recorded]:
                         continue
                     if record.rec_type == "response" and record.http_headers is not None:
                         headers = {k.lower(): v for k, v in record.http_headers.headers}
-                        archive[url] = _Recorded(int(record.http_headers.get_statuscode()), headers, (path, offset))
+                        archive[url] = _Recorded(int(record.http_headers.get_statuscode()), headers, (url, path, offset))
                     elif record.rec_type == "metadata" and record.rec_headers.get_header("Content-Type") == FAILURE_TYPE:
                         failure = json.loads(body)
                         archive[url] = _Recorded(0, {}, failure=(failure["reason"], failure["detail"]))
@@ -519,12 +529,13 @@ class Fetcher:
             if recorded.status in REDIRECTS and "location" in recorded.headers:
                 current = _redirect(current, recorded.headers["location"])
                 continue
+            body = recorded.body  # read from the WARC: once
             if recorded.status >= 400:
-                raise FetchError(f"http_{recorded.status}", f"{current}: HTTP {recorded.status} (replayed)", recorded.body[:ERROR_BODY_BYTES])
+                raise FetchError(f"http_{recorded.status}", f"{current}: HTTP {recorded.status} (replayed)", body[:ERROR_BODY_BYTES])
             _check_type(current, recorded.headers.get("content-type", ""), accept)
-            if len(recorded.body) > limit:
-                raise FetchError("too_large", f"{current}: body of {len(recorded.body)} > {limit} bytes")
-            return Fetched(url, current, recorded.status, recorded.headers, recorded.body, hop)
+            if len(body) > limit:
+                raise FetchError("too_large", f"{current}: body of {len(body)} > {limit} bytes")
+            return Fetched(url, current, recorded.status, recorded.headers, body, hop)
         raise FetchError("too_many_redirects", f"{url}: more than {self.settings.max_redirects} redirects")
 
 

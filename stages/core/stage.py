@@ -462,7 +462,7 @@ class Context:
         parts = []
         for path in self.input_paths(name):
             done = 0
-            for batch in read_batches(path, schema, spec.table):
+            for batch in self._batches(name, path, schema, spec.table):
                 size, problems = batch.num_rows, contract_problems(batch, contract)
                 if problems:
                     self._reject_broken(name, batch, contract, problems, lambda row: f"{Path(path).name} row {done + row}")
@@ -478,6 +478,13 @@ class Context:
             return empty
         summed = pa.concat_tables(parts).group_by(["file", *by]).aggregate([("count_all", "sum")])
         return pa.table({"file": summed["file"], **{c: summed[c] for c in by}, "rows": summed["count_all_sum"]}).sort_by([("file", "ascending")])
+
+    @staticmethod
+    def _batches(name: str, path: str, schema: pa.Schema, table: str):
+        try:
+            yield from read_batches(path, schema, table)
+        except SchemaError as err:  # a value that does not convert: one line, as `read` says it
+            raise StageError(f"input {name!r}: {err}") from None
 
     def _read_checked(self, name: str) -> pa.Table:
         spec = self.stage.inputs[name]

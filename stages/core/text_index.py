@@ -327,6 +327,8 @@ def hit_passages(shards: list[ShardIndex], best: list[list[tuple[float, int, int
         for place, (_, number, row) in enumerate(hits):
             wanted[number].append((query, place, row))
     for shard, places in zip(shards, wanted):
+        if not places:
+            continue  # no hit there: its passages are never read
         for (query, place, _), passage in zip(places, shard.passages([row for _, _, row in places])):
             out[query][place] = passage
         shard.release()

@@ -746,7 +746,7 @@ STAGE = Stage(
     rejects={
         **REDDIT_REJECTS,
         "bad_json": "the line is not JSON (or not UTF-8)",
-        "duplicate": "a post or comment id seen before",
+        "duplicate": "a post or comment id kept before (a repeat of a rejected one is judged afresh)",
         "subreddit_not_configured": "the post's subreddit is not in the domains mapping",
         "nsfw": "an NSFW post (include_nsfw is false)",
         "not_top_level": "a comment that answers another comment, not the post",

@@ -175,7 +175,7 @@ def emptied_page_after(request: requests.PreparedRequest, body: bytes) -> str | 
     out), when it names a page other than the one asked for; else None."""
     data = read_json(body)["data"]
     asked = parse_qs(urlsplit(request.url).query).get("after", [None])[0]
-    after = data["after"] if not data["children"] else None
+    after = data.get("after") if not data["children"] else None
     return after if after and after != asked else None
 
 
@@ -219,7 +219,9 @@ class ArchiveSession(requests.Session):
         page in its place (praw ends a listing at an empty page, which would end the harvest early)."""
         self.next_page = None
         response = self.exchange(request, **kwargs)
-        while self.next_page is not None:
+        followed: set[str] = set()  # an answer is untrusted: two empty pages naming each other end here
+        while self.next_page is not None and self.next_page not in followed:
+            followed.add(self.next_page)
             parts = urlsplit(request.url)
             query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "after"] + [("after", self.next_page)]
             request = request.copy()

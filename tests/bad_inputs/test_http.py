@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pyarrow.parquet as pq
 import pytest
@@ -476,6 +477,36 @@ def test_a_page_of_only_posts_praw_cannot_read_does_not_end_the_listing(tmp_path
         assert "reddit:a" in {p["id"] for p in pq.read_table(posts).to_pylist()}
         assert "incomplete_window" not in report_of(posts)["stats"]
     assert pq.read_table(outputs["record"]).equals(pq.read_table(outputs["replay"]))
+
+
+@pytest.mark.parametrize("kind", ["no_after_key", "pages_naming_each_other"])
+def test_a_page_of_only_posts_praw_cannot_read_with_no_next_page_ends_the_listing(tmp_path, monkeypatch, kind):
+    """An emptied page whose `after` is absent (the listing's shape allows it), or two emptied pages
+    naming each other, end the listing as an empty page would: the window is reported incomplete,
+    the left-out posts are rejects, nothing loops or fails."""
+    bad = [{"kind": "t3", "data": _post(pid, created=T0 + 5000, author=None)} for pid in ("b1", "b2")]
+    server = RedditServer()
+    route = server.route
+
+    def looping(handler, method, body):
+        if handler.path.startswith("/r/askscience/new"):
+            after = parse_qs(urlsplit(handler.path).query).get("after", [None])[0]
+            data = {"children": bad[:1] if after != "t3_b1" else bad[1:]}
+            if kind == "pages_naming_each_other":
+                data["after"] = "t3_b2" if after != "t3_b2" else "t3_b1"
+            return handler._send(200, {"kind": "Listing", "data": data})
+        return route(handler, method, body)
+
+    server.route = looping
+    try:
+        result, posts = reddit_harvest(tmp_path, server, monkeypatch)
+    finally:
+        server.stop()
+    report = report_of(posts)
+    assert report["stats"]["incomplete_window"] == ["askscience"]
+    rejects = rejects_of(posts)  # a post listed again on a later page is a reject named by its page
+    assert "reddit:b1" in rejects and {reason for reason, _ in rejects.values()} == {"bad_answer"}
+    assert pq.read_table(posts).num_rows == 0
 
 
 def test_a_left_out_post_is_named_by_its_subreddit_and_page(tmp_path, monkeypatch):
