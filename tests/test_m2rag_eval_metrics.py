@@ -186,3 +186,15 @@ def test_separate_places_images_by_caption_similarity():
     images = [{"n": 1, "caption": "A honey bee collecting nectar on a flower"}, {"n": 2, "caption": "Waves on a deep blue ocean"},
               {"n": 3, "caption": "Quarterly tax form instructions"}]
     assert place_by_similarity(load_encoder(), segments, images, min_similarity=0.3) == {2: [1], 1: [2]}
+
+
+def test_an_image_hash_not_in_hex_is_no_stored_file():
+    """select_inputs reads a release without a contract: an image sha256 that is not one in hex is
+    "" (shown by its caption), as the m2rag_responses contract takes."""
+    tables = {"pages": [{"id": "p", "query_id": "q", "rank": 1, "title": "t", "url": "u"}],
+              "elements": [{"element_id": f"e{k}", "page_id": "p", "order": k, "kind": "image", "text": "", "score": 5} for k in range(3)],
+              "images": [{"element_id": f"e{k}", "page_id": "p", "order": k, "score": 5, "url": f"i{k}", "sha256": sha}
+                         for k, sha in enumerate(("cd" * 32, "../x", None))],
+              "aux_images": []}
+    _, images = select_inputs("q", group_inputs(tables), Selection(max_page_images=3, max_images=3))
+    assert [i["sha256"] for i in images] == ["cd" * 32, "", ""]

@@ -112,3 +112,14 @@ def test_a_document_the_release_does_not_hold_stops_the_stage_naming_it(tmp_path
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert f"retrieved: document d:elsewhere (instance {TOMATO}) is not in the release" in done.stderr
     assert not out.exists()
+
+
+def test_a_release_image_hash_not_in_hex_names_no_image():
+    """A release folder is read without a contract: an image document whose sha256 is not one in
+    hex (a path, a glob) keeps no hash, so its image is missing_image, never a file elsewhere."""
+    from stages.eval_mavis.mavis_generate_answers import numbered_documents
+
+    docs = {d: {"doc_id": d, "modality": "image", "text": "", "image_sha256": sha}
+            for d, sha in (("d:ok", "ab" * 32), ("d:path", "../../etc/x"), ("d:glob", "ab*"))}
+    rows = [{"instance_id": "i", "query_index": 0, "rank": r, "doc_id": d} for r, d in enumerate(docs, 1)]
+    assert [d["image_sha256"] for d in numbered_documents(rows, docs)] == ["ab" * 32, None, None]

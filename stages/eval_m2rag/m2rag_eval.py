@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import pyarrow.parquet as pq
 
 from stages.core.errors import StageError
-from stages.core.images import file_of_hash, is_named_file
+from stages.core.images import file_of_hash, is_named_file, is_sha256
 from stages.core.release import manifest_folder
 from stages.core.schema_check import read_json
 
@@ -190,6 +190,12 @@ class Selection:
     max_images: int = 10
 
 
+def _stored(image: dict) -> str:
+    """The image's sha256 as the release gives it, "" when it has none or not one in hex (a
+    release folder is read without a contract: such a value names no file)."""
+    return image["sha256"] if is_sha256(image.get("sha256")) else ""
+
+
 def _best(rows: list[dict], k: int, minimum: float) -> list[dict]:
     kept = [r for r in rows if r.get("score") is not None and r["score"] >= minimum]
     return sorted(kept, key=lambda r: (-r["score"], r.get("order", 0)))[:k]
@@ -225,10 +231,10 @@ def select_inputs(query_id: str, grouped: dict[str, dict[str, list]], sel: Selec
     images, number = [], {}
     for img in chosen_page:
         number[img["element_id"]] = len(images) + 1
-        images.append({"n": len(images) + 1, "source": "page", "page_rank": img["rank"], "url": img["url"], "sha256": img.get("sha256") or "",
+        images.append({"n": len(images) + 1, "source": "page", "page_rank": img["rank"], "url": img["url"], "sha256": _stored(img),
                        "caption": img.get("caption") or "", "caption_mode": img.get("caption_mode") or "alt", "score": float(img["score"])})
     for img in chosen_aux:
-        images.append({"n": len(images) + 1, "source": "aux", "page_rank": None, "url": img["url"], "sha256": img.get("sha256") or "",
+        images.append({"n": len(images) + 1, "source": "aux", "page_rank": None, "url": img["url"], "sha256": _stored(img),
                        "caption": img.get("caption") or "", "caption_mode": img.get("caption_mode") or "", "score": float(img["score"])})
     out = []
     for page in pages:

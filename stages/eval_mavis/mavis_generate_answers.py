@@ -32,7 +32,7 @@ from __future__ import annotations
 import collections
 
 from stages.core.ids import content_id
-from stages.core.images import ImageStore
+from stages.core.images import ImageStore, is_sha256
 from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.eval_mavis.mavis_eval import METHODS, MODEL_IMAGE_REJECTS, load_release, model_image, positives, question_images, release_folder, remove_thinking
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
@@ -53,8 +53,9 @@ def numbered_documents(rows: list[dict], docs: dict[str, dict]) -> list[dict]:
         doc = docs.get(row["doc_id"])
         if doc is None:  # retrieved from another release: nothing here to show the model
             raise StageError(f"retrieved: document {row['doc_id']} (instance {row['instance_id']}) is not in the release")
+        sha = doc.get("image_sha256")  # a release folder is read without a contract: a value not in hex names no image
         out.append({"number": len(out) + 1, "doc_id": doc["doc_id"], "modality": doc["modality"], "text": doc["text"] or "",
-                    "image_sha256": doc.get("image_sha256"), "extraction": None})
+                    "image_sha256": sha if is_sha256(sha) else None, "extraction": None})
     return out
 
 
