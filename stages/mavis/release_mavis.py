@@ -158,8 +158,7 @@ def copy_images(folder: Path, store: ImageStore, images: pa.Table) -> None:
                 im.convert("RGB").save(target, "JPEG", quality=95)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        for _ in pool.map(copy, sorted(set(images.column("sha256").to_pylist()))):  # the first failure stops the stage
-            pass
+        list(pool.map(copy, sorted(set(images.column("sha256").to_pylist()))))  # the first failure stops the stage
 
 
 def write_jsonl(folder: Path, tables: dict[str, pa.Table]) -> None:
@@ -192,8 +191,11 @@ def _reject_counts_by_rule(ctx) -> pa.Table:
     stages_of = collections.defaultdict(set)
     for path, stage in zip(files, stages):
         stages_of[path].add(stage)
-    rule_of = {path: Path(path).parent.name for path, names in stages_of.items()
-               if len(names) == 1 and Path(path).parent.name != next(iter(names)) and Path(path).parent.name.endswith("_" + next(iter(names)))}
+    rule_of = {}
+    for path, names in stages_of.items():
+        folder, (stage, *others) = Path(path).parent.name, sorted(names)
+        if not others and folder.endswith("_" + stage):  # a prefixed rule running a shared stage
+            rule_of[path] = folder
     named = pa.array([rule_of.get(path, stage) for path, stage in zip(files, stages)], pa.string())
     return reject_counts(counts.set_column(counts.schema.get_field_index("stage"), "stage", named))
 
