@@ -63,18 +63,28 @@ def test_placeholders_and_no_image():
     assert resolve_placeholders("No images here.", 3) == ([], [])
 
 
-def test_reference_score_reads_the_json_field_and_never_an_error_body():
+def test_reference_score_reads_the_judges_reply_as_the_public_code_and_never_an_error_body():
+    """few_shot_evaluator.py's extract_score_from_str: the last run of digits of the reply, 0 when
+    there is none, clamped to 0-10 then / 10; a call with no judge's reply has no score."""
     judged = {"status": "judged", "score": 7.0, "raw": '{"explanation": "8/10 overall", "score": 7}', "error": None}
-    assert reference_score(judged, 10) == 0.7  # the field, not the last integer of the text (10)
+    assert reference_score(judged, 10) == 0.7  # the score field comes last: the same number
     refused = {"status": "failed", "score": None, "raw": '{"explanation": "8/10", "score": 11}', "error": "schema: 11 is greater than the maximum of 10"}
     assert reference_score(refused, 10) == 1.0  # the judge's number, clamped: max(0, min(10, 11)) / 10
     body = '{"error": {"message": "maximum context length is 128000 tokens; your messages resulted in 130512 tokens"}}'
     assert reference_score({"status": "failed", "score": None, "raw": body, "error": "backend: HTTP 400 from x"}, 10) is None
-    assert reference_score({"status": "failed", "score": None, "raw": "Good. 8/10", "error": "non_json: Expecting value"}, 10) is None
-    assert reference_score({"status": "failed", "score": None, "raw": '{"score": "high"}', "error": "schema: 'high' is not of type 'integer'"}, 10) is None
+    cut = {"status": "failed", "score": None, "raw": "7 " * 10, "error": "too_long: the answer has 9000 characters"}
+    assert reference_score(cut, 10) is None  # only part of the reply was kept
+    text = {"status": "failed", "score": None, "error": "non_json: Expecting value"}
+    assert reference_score(text | {"raw": "The text is fluent.\n8"}, 10) == 0.8  # the seed's two-line answer
+    assert reference_score(text | {"raw": "Good. 8/10"}, 10) == 1.0  # the last number, as the public code reads it
+    assert reference_score(text | {"raw": "Fluent, but no score."}, 10) == 0.0  # its default
+    assert reference_score(text | {"raw": "score: -3"}, 10) == 0.3  # digits only, no sign
+    assert reference_score(text | {"raw": "\u0668"}, 10) == 0.8  # \\d and int() read any decimal digit
+    assert reference_score({"status": "failed", "score": None, "raw": '{"score": "high"}', "error": "schema: 'high' is not of type 'integer'"}, 10) == 0.0
     huge = {"status": "failed", "score": None, "raw": '{"score": 1' + "0" * 400 + "}", "error": "schema: too large"}
-    assert reference_score(huge, 10) == 1.0  # clamped as the public code clamps (no float of 10**400, which overflows)
-    assert reference_score(huge | {"raw": '{"score": NaN}'}, 10) is None
+    assert reference_score(huge, 10) == 1.0  # clamped as the public code clamps
+    assert reference_score(huge | {"raw": "9" * 5000}, 10) == 1.0  # past int()'s digit limit: over the scale
+    assert reference_score(huge | {"raw": '{"score": NaN}'}, 10) == 0.0
 
 
 def _judgement(metric, position, score, status="judged", raw=None, error=None):
@@ -102,7 +112,8 @@ def test_response_scores_strict_and_reference():
     assert ref["relevance"] is None  # the error body's numbers are never a score
     assert strict["context_precision"] == pytest.approx(5 / 6) == ref["context_precision"]
     assert strict["faithfulness"] is None and ref["faithfulness"] is None  # a failed RAGAS call: no score in either mode
-    assert strict["image_coherence"] == [0.6] and strict["image_reference"] == [None] and ref["image_reference"] == [None]
+    assert strict["image_coherence"] == [0.6] and strict["image_reference"] == [None]
+    assert ref["image_reference"] == [0.0]  # a reply without a number: the public default 0
     assert strict["image_recall"] == 0.5  # used 1; unused 2 wanted -> 1 / 2
     assert strict["image_recall_count"] == 0.5 == ref["image_recall"]  # 1 of the two inputs scored >= 8
 

@@ -83,12 +83,11 @@ def test_failed_call_never_scores_and_scores_are_clamped(tmp_path, m2rag_respons
     assert all(v is None or 0 <= v <= 1 for k, v in ref.items() if k != "overall_over")
 
 
-def test_reference_reads_the_score_field_wherever_it_stands(tmp_path, m2rag_responses):
-    """The judge's JSON with `score` first and numbers in the explanation after it: the public
-    evaluator's last-integer rule would read the explanation's number (fluency "9/10" -> 10 -> 1.0;
-    relevance "3 out of 5" -> 5 -> 0.5); the reference mode reads the `score` field: fluency 7 ->
-    0.7 (strict the same), relevance 11 -> refused by strict (missing), max(0, min(10, 11)) / 10 = 1.0
-    in reference."""
+def test_reference_reads_the_reply_as_the_public_code_wherever_the_score_stands(tmp_path, m2rag_responses):
+    """The judge's JSON with `score` first and numbers in the explanation after it: the reference
+    mode reads the reply as the public evaluator does, its last run of digits (fluency "9/10" -> 10
+    -> 1.0; relevance "3 out of 5" -> 5 -> 0.5), odd as that is; strict reads the checked `score`
+    field: fluency 7 -> 0.7, relevance 11 refused by the schema (missing)."""
     def answer(content):
         return 200, json.dumps({"choices": [{"message": {"content": json.dumps(content)}, "finish_reason": "stop"}],
                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
@@ -104,5 +103,5 @@ def test_reference_reads_the_score_field_wherever_it_stands(tmp_path, m2rag_resp
     _, con = _report(tmp_path, m2rag_responses[0], judgements)
     ref = dict(con.execute("select metric, value from summary where scoring = 'reference'").fetchall())
     strict = dict(con.execute("select metric, value from summary where scoring = 'strict'").fetchall())
-    assert ref["fluency"] == pytest.approx(0.7) and strict["fluency"] == pytest.approx(0.7)
-    assert ref["relevance"] == 1.0 and strict["relevance"] is None
+    assert ref["fluency"] == 1.0 and strict["fluency"] == pytest.approx(0.7)
+    assert ref["relevance"] == 0.5 and strict["relevance"] is None

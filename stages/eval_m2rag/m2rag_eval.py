@@ -338,23 +338,25 @@ def image_recall_count(used: set[int], input_scores: dict[int, float], threshold
 
 
 def reference_score(row: dict, scale: int) -> float | None:
-    """A 0..scale judgement as the reference mode reads it: the judge's JSON `score` field, clamped
-    and normalised (`normalise`). An answered call gives its checked score; an answer the schema
-    refused (`error` "schema: ...", e.g. a score of 11) still gives its numeric `score` field, as the
-    public code would read the judge's number; a call that failed without a judge's JSON answer (a
-    backend error whose body may hold any number, text that is not JSON, no numeric `score`) yields
-    none, in this mode as in strict."""
-    if row["status"] == "judged":
-        return normalise(row["score"], scale)
-    if not (row.get("error") or "").startswith("schema:"):
+    """A 0..scale judgement as the public evaluator reads the judge's reply
+    (few_shot_evaluator.py, `extract_score_from_str`): the last run of digits in the text, 0 when
+    it holds none, clamped to the scale and normalised (`normalise`). So it is read from whatever
+    the judge answered: a checked JSON answer (whose `score` field comes last, so the same
+    number), one our schema refused ('{"score": 11}' is 1.0, '{"score": "high"}' is 0), or text
+    that is not JSON ("Good. 8/10" is 1.0, "fluent" is 0). A call without a judge's reply (a
+    backend error, whose body may hold any number; an answer over llm.max_answer_chars, kept only
+    in part) yields none: the public code stops there."""
+    error = row.get("error") or ""
+    if row["status"] != "judged" and not error.startswith(("non_json:", "schema:")):
         return None
-    try:
-        value = json.loads(row["raw"]).get("score")
-    except (ValueError, TypeError, AttributeError):
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or isinstance(value, float) and math.isnan(value):
-        return None
-    return normalise(value, scale)  # clamped first, as the public code does: 10**400 on 0-10 is 1.0
+    digits = _DIGITS.findall(row["raw"] or "")
+    if not digits:
+        return 0.0
+    # int() refuses runs over 4,300 digits (where the public code stops): such a number is over the scale
+    return normalise(int(digits[-1]) if len(digits[-1]) <= 4300 else scale, scale)
+
+
+_DIGITS = re.compile(r"\d+")  # as the public code: any Unicode decimal digit, as int() reads it
 
 
 def mean(values: list[float | None]) -> float | None:

@@ -25,7 +25,8 @@ Every planned judgement is a row; a failed call (invalid after the retries, or a
 is a row with status `failed`, no score, the raw text and the client's `error` ("backend: ..." when
 no answer came, "schema: ..." when the judge's JSON was off its scale), and also a reject
 (`invalid_answer`, reason and raw text): strict counts it as missing, never as 0; the reference
-mode reads a score only from a judge's JSON answer (stages.eval_m2rag.m2rag_eval.reference_score).
+mode reads a score from whatever the judge replied, as the public code does, and never from a backend
+error (stages.eval_m2rag.m2rag_eval.reference_score).
 
 Rejects: invalid_answer (above), bad_response (an output image names no input image, or two input
 images share a number: the row is not what m2rag_generate writes).
