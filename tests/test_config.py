@@ -115,6 +115,24 @@ def test_every_problem_is_listed_one_line_each(demo):
     assert "  config key 'images.cache_images.workers' must be >= 1, got 0" in lines
 
 
+def test_the_attribution_models_are_named_where_they_run(demo):
+    """generate_attributed and mcitebench_attention have no default model (the seed's are local
+    model folders, the embedded SmolLM2 is the demo's): an enabled attribution section names the
+    summariser; mcitebench_attention asks for its model only when it is switched on."""
+    bad = copy.deepcopy(demo)
+    del bad["attribution"]["generate_attributed"]
+    bad["attribution"]["mcitebench_attention"] = {"enabled": False}
+    lines = str(pytest.raises(ConfigError, validate_config, bad).value).splitlines()
+    assert lines == ["invalid config:", "  config key 'attribution' misses required key(s) ['generate_attributed']"]
+    bad["attribution"]["generate_attributed"] = {"modes": ["text"]}
+    bad["attribution"]["mcitebench_attention"] = {"enabled": True}
+    lines = str(pytest.raises(ConfigError, validate_config, bad).value).splitlines()
+    assert lines == ["invalid config:", "  config key 'attribution.generate_attributed' misses required key(s) ['model', 'model_name']",
+                     "  config key 'attribution.mcitebench_attention' misses required key(s) ['model', 'model_name']"]
+    bad["attribution"] = {"enabled": False}
+    validate_config(bad)  # a section switched off needs nothing
+
+
 def test_a_number_written_with_an_exponent_is_that_number(tmp_path):
     """YAML 1.1, which Snakemake reads config files with, reads 1e-3 as text; the config takes it
     as the number its author wrote wherever a number is expected, and the rule's params carry it.

