@@ -9,11 +9,14 @@ on 127.0.0.1, on a free port, in a thread of its own until it is closed.
     with LocalServer(Handler) as server:
         requests.post(server.url + "/v1/chat/completions", ...)
 
-tests/faulty_server.py is apart: it answers with resets, truncations and drips, below this level."""
+tests/faulty_server.py is apart: it answers with resets, truncations and drips, below this level;
+`RawServer` writes whatever bytes a test wants."""
 from __future__ import annotations
 
+import socket
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -61,3 +64,56 @@ class LocalServer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class RawServer:
+    """A server below HTTP for answers no handler would send: headers that never end, a repeated
+    Content-Length, bytes dripped one at a time. Each connection's request is read, then
+    `answer(conn, closing)` writes what it likes (`closing` is set when the test ends, for an answer
+    that would go on forever); one connection at a time. `url` is http://127.0.0.1:<port>."""
+
+    def __init__(self, answer):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.closing = threading.Event()
+
+        def serve():
+            while not self.closing.is_set():
+                try:
+                    conn, _ = self.sock.accept()
+                except OSError:
+                    continue
+                with conn:
+                    conn.recv(65536)
+                    try:
+                        answer(conn, self.closing)
+                    except OSError:  # the client hung up, as it should
+                        pass
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.closing.set()
+        self.thread.join(5)
+        self.sock.close()
+
+    def __enter__(self) -> RawServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def drip(head: bytes, interval: float = 0.2):
+    """A RawServer answer: `head`, then a byte every `interval` s until the test ends (each gap well
+    under a read timeout, the whole without end)."""
+    def answer(conn, closing):
+        conn.sendall(head)
+        while not closing.is_set():
+            conn.sendall(b"x")
+            time.sleep(interval)
+    return answer

@@ -31,6 +31,7 @@ from stages.core.prompts import PromptLibrary
 from stages.images.cache_images import STAGE as CACHE_IMAGES
 from stages.mcitebench.harvest_openreview import STAGE as HARVEST_OPENREVIEW
 from tests.faulty_server import FAULTS, FaultyServer
+from tests.local_http import RawServer, drip
 from tests.openreview_api import FakeOpenReview, submission
 
 TIMEOUT, DEADLINE, ATTEMPTS, MAX_SLEEP = 0.5, 0.8, 2, 0.3
@@ -255,6 +256,39 @@ def test_model_backend_malformed_answer_is_a_failed_call_not_a_crash(tmp_path):
             (answer,) = client.run([LLMRequest("a", "say", {"topic": "rain"})])
     assert not answer.ok and answer.error.startswith("backend: malformed response") and "not a list" in answer.raw
     assert stats["llm_failed"] == 1
+
+
+def _raw_answer(head: bytes, body: bytes):
+    def answer(conn, closing):
+        conn.sendall(head + b"\r\n" + body)
+    return answer
+
+
+COMPLETION = json.dumps({"choices": [{"message": {"content": "Rain falls."}, "finish_reason": "stop"}]}).encode()
+
+
+@pytest.mark.parametrize("head, body, words", [
+    # bytes that are not UTF-8 in the content: requests' .json() would read them as U+FFFD, and cache that
+    (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 49\r\n",
+     b'{"choices": [{"message": {"content": "caf\xe9 \xff"}}]}', "can't decode byte"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n", b"{}   ", "InvalidHeader"),
+    (b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 20\r\n", b"\x1f\x8b" + b"x" * 18, "ContentDecodingError"),
+])
+def test_model_backend_answer_of_bad_bytes_is_a_failed_call_not_the_job(tmp_path, head, body, words):
+    stats = collections.Counter()
+    with RawServer(_raw_answer(head, body)) as server, model_client(server.url + "/v1", tmp_path, stats) as client:
+        (answer,) = client.run([LLMRequest("a", "say", {"topic": "rain"})])
+    assert not answer.ok and answer.error.startswith("backend: malformed response") and words in answer.error, answer.error
+
+
+def test_model_backend_headers_dripped_are_cut_off_at_the_timeout(tmp_path):
+    """A status line, then header bytes a little at a time without end: each gap is under the read
+    timeout, so only a deadline on the headers as a whole ends the try."""
+    started = time.monotonic()
+    with RawServer(drip(b"HTTP/1.1 200 OK\r\nX-Slow: ", interval=0.1)) as server:
+        with model_client(server.url + "/v1", tmp_path, collections.Counter()) as client, pytest.raises(LLMError) as info:
+            client.run([LLMRequest("a", "say", {"topic": "rain"})])
+    assert "ReadTimeout" in str(info.value) and time.monotonic() - started < worst_case(ATTEMPTS, TIMEOUT, MAX_SLEEP)
 
 
 # -- the search providers (stages/core/search: Google Programmable Search, SearXNG) ---------------

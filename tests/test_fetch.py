@@ -12,7 +12,9 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Response
 
+from local_http import RawServer, drip
 from stages.core.fetch import AddressGuard, DamagedArchive, Fetcher, FetchError, FetchSettings, load_archive
+from stages.core.retry import RetryPolicy
 
 LOCAL = ("127.0.0.1/32",)
 SAMPLE_WARC = Path(__file__).resolve().parents[1] / "data/samples/reddit/images.warc.gz"
@@ -337,3 +339,38 @@ def test_extra_headers_go_to_the_first_origin_only_and_error_bodies_are_kept(tmp
     with Fetcher(settings(mode="replay", replay_warcs=[str(warc)])) as replay, pytest.raises(FetchError) as info:
         replay.fetch(api.url_for("/quota"))
     assert info.value.reason == "http_403" and b"dailyLimitExceeded" in info.value.body
+
+
+@pytest.mark.parametrize("head", [
+    b"HTTP/1.1 200 OK\r\nX-Slow: ",  # headers that never end
+    b"HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\nContent-Length: 100000\r\n\r\n",  # an error page that drips
+])
+def test_a_server_that_drips_headers_or_an_error_page_is_cut_off_at_the_deadline(head):
+    """requests' read timeout bounds the wait between two bytes only: a header line or an error
+    body dripped a byte at a time would hold the fetch for as long as the server likes."""
+    with RawServer(drip(head)) as server, Fetcher(settings(timeout_s=1.0, total_timeout_s=1.5, attempts=1)) as fetcher:
+        started = time.monotonic()
+        reason = fail_reason(fetcher, server.url + "/x")
+        took = time.monotonic() - started
+    assert (reason, took < 5) == ("timeout" if b"200" in head else "http_404", True), (reason, took)
+
+
+@pytest.mark.parametrize("status, headers", [(300, {}), (301, {}), (302, {}), (304, {})])
+def test_a_3xx_that_is_no_redirect_is_no_page(httpserver: HTTPServer, status, headers):
+    """A 300, a 304 or a redirect without a Location has no page to give: it is its status, not an
+    empty page fetched with success."""
+    httpserver.expect_request("/r").respond_with_data(b"a list of choices", status=status, headers=headers)
+    with Fetcher(settings(attempts=1)) as fetcher:
+        with pytest.raises(FetchError) as err:
+            fetcher.fetch(httpserver.url_for("/r"))
+    assert err.value.reason == f"http_{status}"
+    assert ("without a Location" in str(err.value)) == (status in (301, 302))
+
+
+def test_a_retry_after_of_zero_or_past_still_backs_off():
+    """Retry-After: 0 (or a date past) would have the retries hit a failing server at once: the
+    backoff is the floor, a longer Retry-After is honoured up to the cap."""
+    policy = RetryPolicy(base_delay=0.5, max_sleep=60)
+    for asked in ("0", "Mon, 01 Jan 2001 00:00:00 GMT"):
+        assert 0.25 <= policy.delay(0, asked) <= 0.5 and 1.0 <= policy.delay(2, asked) <= 2.0
+    assert policy.delay(0, "7") == 7.0 and policy.delay(0, "100000") == 60

@@ -56,7 +56,8 @@ def harvest(tmp_path: Path, url: str, check: bool = True, env: dict | None = Non
     args = [sys.executable, "-m", "stages.mcitebench.harvest_openreview", "--params", json.dumps(settings)]
     for table in ("papers", "reviews", "comments", "threads"):
         args += ["--output", f"{table}={out / table}.parquet"]
-    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    # the timeout turns a harvest that pages forever into a failure rather than a hung suite
+    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=120)
     if check and result.returncode:
         raise AssertionError(result.stderr[-3000:])
     return result, out
@@ -221,6 +222,76 @@ def test_pdf_past_the_byte_cap_is_rejected_while_streaming(httpserver, tmp_path)
     _, lower = harvest(replay_dir, api.url, mode="replay", max_pdf_bytes=len(PDF), warc=warc)
     assert rejects(lower) == {"openreview:forum4": "pdf_unavailable", "openreview:forum3": "pdf_too_large",
                               "openreview:forum5": "pdf_too_large", **too_large}
+
+
+class WithoutCount(FakeOpenReview):
+    """A server that leaves `count` out of its /notes pages (the notes themselves are all there)."""
+
+    def _notes(self, request):
+        page = json.loads(super()._notes(request).get_data())
+        del page["count"]
+        return self._json(page)
+
+
+def test_a_listing_without_count_is_paged_to_an_empty_page_and_replays(own_server, tmp_path):
+    subs, pdfs = venue()
+    api = WithoutCount(own_server, subs, pdfs)
+    _, recorded = harvest(tmp_path, api.url, page_size=2)
+    offsets = [(int(a["offset"]), int(a["limit"])) for path, a in api.requests if path == "/notes"]
+    assert offsets == [(0, 2), (2, 2), (4, 2), (5, 2)]  # the short page at 4 is not taken for the end: only the empty one at 5
+    assert report(recorded)["rows_in"] == 5
+    own_server.stop()
+    replay_dir = tmp_path / "replay"
+    replay_dir.mkdir()
+    _, replayed = harvest(replay_dir, api.url, mode="replay", page_size=2, warc=str(tmp_path / "openreview.warc.gz"))
+    for table in ("papers", "reviews", "comments", "threads"):
+        assert rows(replayed, table) == rows(recorded, table)
+
+
+@pytest.mark.parametrize("answer, words", [
+    # a server that ignores offset, always the same page, and claims a huge count: stopped at the first page with nothing new
+    (lambda offset, subs: {"notes": subs[:2], "count": 10**12}, "every note of the page was listed before"),
+    (lambda offset, subs: {"notes": subs[:2]}, "every note of the page was listed before"),  # the same without count
+    # notes without an id cannot tell one page from the next
+    (lambda offset, subs: {"notes": [{"number": 1}, {"number": 2}], "count": 10**12}, "a page of 2 notes without an id"),
+    (lambda offset, subs: {"notes": subs[offset:offset + 2], "count": 9}, "an empty page at offset 5 of a listing whose count is 9"),
+])
+def test_a_listing_that_does_not_move_forward_is_one_clear_error(httpserver, tmp_path, answer, words):
+    subs, served = venue()[0], []
+
+    def notes(request):
+        served.append(request.args["offset"])
+        return Response(json.dumps(answer(int(request.args["offset"]), subs)), content_type="application/json")
+
+    httpserver.expect_request("/notes").respond_with_handler(notes)
+    result, out = harvest(tmp_path, httpserver.url_for("").rstrip("/"), check=False, page_size=2)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert "harvest_openreview: error: OpenReview GET /notes?invitation=" in last and words in last, last
+    assert len(served) <= 4 and not (out / "papers.parquet").exists()
+
+
+class Shifting(FakeOpenReview):
+    """A listing that shifts by one note after its first page (a submission added meanwhile): the
+    last note of the first page is listed again at the head of the second."""
+
+    def _notes(self, request):
+        offset = int(request.args.get("offset", 0))
+        if offset:
+            request.args = request.args.copy()
+            request.args["offset"] = str(offset - 1)
+        page = json.loads(super()._notes(request).get_data())
+        page["count"] += 1
+        return self._json(page)
+
+
+def test_a_listing_that_shifts_while_paged_keeps_each_note_once(httpserver, tmp_path):
+    subs, pdfs = venue()
+    Shifting(httpserver, subs, pdfs)
+    _, out = harvest(tmp_path, httpserver.url_for("").rstrip("/"), page_size=2)
+    assert sorted(p["id"] for p in rows(out, "papers")) == ["openreview:forum1", "openreview:forum2", "openreview:forum3", "openreview:forum5"]
+    rep = report(out)
+    assert rep["rows_in"] == 5 and rep["stats"]["notes_listed_twice"] >= 1
 
 
 @pytest.mark.parametrize("mode", ["sideways"])

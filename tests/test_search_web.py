@@ -11,6 +11,8 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
+from stages.core.search.google import GoogleSearch
+from stages.core.search.searxng import SearxngSearch
 from tests.conftest import run_stage
 
 FETCH = {"allow_networks": ["127.0.0.1/32"], "attempts": 2, "backoff_s": 0.01, "max_retry_sleep_s": 0.05, "timeout_s": 5}
@@ -181,6 +183,42 @@ def test_searxng_without_json_format_stops_with_advice(httpserver: HTTPServer, t
     prm = params("", tmp_path, provider="searxng", provider_settings={"endpoint": httpserver.url_for("/")})
     result = search(tmp_path, write_queries(tmp_path / "q.jsonl"), tmp_path / "r.parquet", prm, check=False)
     assert result.returncode != 0 and "searxng" in result.stderr and "search.formats" in result.stderr
+
+
+BOGUS_RESOLUTIONS = ["9" * 5000 + "x1", "99999999999999999999999x1", "2147483648x10", "0x480", "640x0", "640 by 480", "-640x480", "٦٤٠x480", None]
+
+
+@pytest.mark.parametrize("resolution", BOGUS_RESOLUTIONS)
+def test_a_searxng_resolution_that_is_no_int32_size_is_unknown(resolution):
+    """A side past int32 (or past what int() reads), of 0 pixels, or not ASCII digits: the hit is
+    kept, its size unknown, rather than a traceback or a table that fails when written."""
+    hit = SearxngSearch._hit({"url": "https://e.example/p", "img_src": "https://e.example/i.jpg", "resolution": resolution}, "image")
+    assert (hit.url, hit.width, hit.height) == ("https://e.example/i.jpg", None, None)
+
+
+def test_a_searxng_resolution_within_int32_is_read():
+    hit = SearxngSearch._hit({"url": "https://e.example/p", "img_src": "https://e.example/i.jpg", "resolution": f" {2**31 - 1} × 1 "}, "image")
+    assert (hit.width, hit.height) == (2**31 - 1, 1)
+
+
+@pytest.mark.parametrize("width, height, kept", [(2**40, 480, (None, 480)), (640, 0, (640, None)), (-1, 2**31 - 1, (None, 2**31 - 1))])
+def test_a_google_image_side_that_is_no_int32_size_is_unknown(width, height, kept):
+    hit = GoogleSearch._hit({"link": "https://e.example/i.jpg", "image": {"contextLink": "https://e.example/p", "width": width, "height": height}}, "image")
+    assert (hit.width, hit.height) == kept
+
+
+def test_bogus_image_sizes_leave_the_results_table_writable(httpserver: HTTPServer, tmp_path):
+    """The stage end to end: sizes that once stopped the job (a traceback from int(), a width the
+    int32 column refused when written) are written as unknown, the good one as given."""
+    results = [{"url": f"https://s{n}.example/p", "img_src": f"https://i{n}.example/x.png", "title": f"t{n}", "content": "", "resolution": r}
+               for n, r in enumerate(BOGUS_RESOLUTIONS[:2] + ["640x480"])]
+    httpserver.expect_request("/search").respond_with_json({"query": "q", "results": results})
+    out = tmp_path / "results.parquet"
+    prm = params("", tmp_path, provider="searxng", provider_settings={"endpoint": httpserver.url_for("/"), "max_pages": 1}, page_top_k=0, image_top_k=3)
+    search(tmp_path, write_queries(tmp_path / "q.jsonl", QUERIES[:1]), out, prm)
+    rows = sorted(pq.read_table(out).to_pylist(), key=lambda r: r["rank"])
+    assert [(r["url"], r["width"], r["height"]) for r in rows] == [
+        ("https://i0.example/x.png", None, None), ("https://i1.example/x.png", None, None), ("https://i2.example/x.png", 640, 480)]
 
 
 def test_record_then_replay_with_the_server_stopped_gives_the_same_table_and_the_cache_answers_repeats(tmp_path, monkeypatch):

@@ -52,7 +52,8 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from .retry import RETRY_EXCEPTIONS, RETRY_STATUSES, BodyTooLarge, HostRateLimiter, RetriesExhausted, RetryPolicy, read_body, with_retries
+from .retry import (RETRY_EXCEPTIONS, RETRY_STATUSES, BodyTooLarge, HeaderDeadline, HostRateLimiter, RetriesExhausted, RetryPolicy,
+                    read_body, with_retries)
 from .stage import Param, StageError
 
 MODES = ("live", "record", "replay")
@@ -65,6 +66,7 @@ _DROPPED_HEADERS = {"content-encoding", "transfer-encoding", "content-length"}
 
 
 ERROR_BODY_BYTES = 64 * 1024
+_NO_LOCATION = " without a Location"
 
 
 class FetchError(Exception):
@@ -186,8 +188,8 @@ class _PeerCheck:
 
 class _GuardedAdapter(HTTPAdapter):
     def __init__(self, guard: AddressGuard, pool_maxsize: int):
-        http = type("GuardedHTTPConnection", (_PeerCheck, HTTPConnection), {"guard": guard})
-        https = type("GuardedHTTPSConnection", (_PeerCheck, HTTPSConnection), {"guard": guard})
+        http = type("GuardedHTTPConnection", (_PeerCheck, HeaderDeadline, HTTPConnection), {"guard": guard})
+        https = type("GuardedHTTPSConnection", (_PeerCheck, HeaderDeadline, HTTPSConnection), {"guard": guard})
         self._pool_classes = {
             "http": type("GuardedHTTPPool", (HTTPConnectionPool,), {"ConnectionCls": http}),
             "https": type("GuardedHTTPSPool", (HTTPSConnectionPool,), {"ConnectionCls": https}),
@@ -439,8 +441,8 @@ class Fetcher:
             if status in REDIRECTS and "location" in lower:
                 current = _redirect(current, lower["location"])
                 continue
-            if status >= 400:
-                raise FetchError(f"http_{status}", f"{current}: HTTP {status} {reason}", body)
+            if not 200 <= status < 300:  # an error, or a 3xx that is no redirect (300, 304, no Location): no page
+                raise FetchError(f"http_{status}", f"{current}: HTTP {status} {reason}" + _NO_LOCATION * (status in REDIRECTS), body)
             return Fetched(url, current, status, lower, body, hop)
         raise FetchError("too_many_redirects", f"{url}: more than {self.settings.max_redirects} redirects")
 
@@ -471,10 +473,10 @@ class Fetcher:
                     finally:
                         response.close()
                 elif response.status_code >= 400 and response.status_code not in RETRY_STATUSES:
-                    try:  # an error that will not be retried: keep what it says
-                        body = self._read_error(response)
-                    finally:
-                        response.close()
+                    try:  # an error that will not be retried: keep what it says (its first bytes, in the deadline)
+                        body = read_body(response, self.settings.total_timeout_s, ERROR_BODY_BYTES, head=True)
+                    except requests.RequestException:
+                        body = b""  # the status is the answer; a body that drips or breaks adds nothing
             except RETRY_EXCEPTIONS as err:
                 last_error[:] = [err]
                 raise
@@ -506,16 +508,6 @@ class Fetcher:
         except BodyTooLarge as err:
             raise FetchError("too_large", f"{url}: {err}") from None
 
-    @staticmethod
-    def _read_error(response: requests.Response) -> bytes:
-        chunks, size = [], 0
-        for chunk in response.iter_content(16 * 1024):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= ERROR_BODY_BYTES:
-                break
-        return b"".join(chunks)[:ERROR_BODY_BYTES]
-
     # replay -------------------------------------------------------------------------------------
     def _replay(self, url: str, accept: tuple[str, ...] | None, limit: int) -> Fetched:
         current = url
@@ -530,8 +522,9 @@ class Fetcher:
                 current = _redirect(current, recorded.headers["location"])
                 continue
             body = recorded.body  # read from the WARC: once
-            if recorded.status >= 400:
-                raise FetchError(f"http_{recorded.status}", f"{current}: HTTP {recorded.status} (replayed)", body[:ERROR_BODY_BYTES])
+            if not 200 <= recorded.status < 300:
+                raise FetchError(f"http_{recorded.status}", f"{current}: HTTP {recorded.status}{_NO_LOCATION * (recorded.status in REDIRECTS)} (replayed)",
+                                 body[:ERROR_BODY_BYTES])
             _check_type(current, recorded.headers.get("content-type", ""), accept)
             if len(body) > limit:
                 raise FetchError("too_large", f"{current}: body of {len(body)} > {limit} bytes")

@@ -29,7 +29,11 @@ Rate limits: praw's own handling (it spaces requests by Reddit's x-ratelimit hea
 project's retry policy (stages/core/retry.py) on every HTTP exchange: 429, 5xx, timeouts and
 resets retried `retry_attempts` times with backoff honouring Retry-After. A post whose comments
 still cannot be fetched is the reject comments_unavailable; a listing page or the token that
-cannot be fetched fails the stage, naming the subreddit.
+cannot be fetched fails the stage, naming the subreddit. A body is read whole within the request's
+timeout (`timeout_s`, for all of it: requests' own timeout only bounds the wait between two bytes,
+so a server dripping a byte at a time is cut off, a timeout retried as any) and at most
+MAX_ANSWER_BYTES after decoding (a gzip bomb is cut off): an answer past that is a bad answer,
+not retried (a listing page fails the stage, a comment tree is its post's reject bad_answer).
 
 Every answer is untrusted: the session checks a listing, comment tree or morechildren answer
 against the shape praw reads (`ANSWERS`) before praw sees it. A listing page that is no listing
@@ -76,7 +80,7 @@ from requests.structures import CaseInsensitiveDict
 from stages.core.fetch import FetchError, WarcRecorder, load_archive
 from stages.core.ids import shard_of
 from stages.mavis.reddit_records import REDDIT_REJECTS, comment_fields, harvest_invariant, image_urls, int_field, post_fields, record_id
-from stages.core.retry import RetriesExhausted, RetryPolicy, with_retries
+from stages.core.retry import BodyTooLarge, DeadlineAdapter, RetriesExhausted, RetryPolicy, read_body, with_retries
 from stages.core.schema_check import answer_problem, read_json
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
@@ -85,6 +89,12 @@ VERSION = "3"  # 2: a listed post of another shape is its own bad_answer, not th
 log = logging.getLogger("citeforge")
 
 TOKEN_PATH = "/api/v1/access_token"
+# The most one answer may hold, decoded. Reddit's largest answers are a listing page of 100 posts
+# (3-6 KB of JSON a post, a gallery's media_metadata some 30 KB: 3 MB at most) and a comment tree
+# (praw asks for up to 2048 comments, Reddit sends at most 500 or so, 2-5 KB each: under 10 MB);
+# 32 MiB leaves room past both while bounding what one answer can cost in memory.
+MAX_ANSWER_BYTES = 32 << 20
+DEFAULT_TIMEOUT_S = 30.0  # param timeout_s's default; a request sent without a timeout gets it for its body
 _ISO_DATE = r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2})?(Z|[+-]\d{2}:\d{2})?)?$"
 
 
@@ -96,6 +106,11 @@ class NotInArchive(Exception):
 class BadAnswer(Exception):
     """An API answer that is not of the shape praw reads (a listing whose children are numbers, a
     comment whose id is not a string): praw would fail on it with a TypeError deep inside."""
+
+
+class AnswerTooLarge(BadAnswer):
+    """An answer past MAX_ANSWER_BYTES (decoded); the rest of it is not read. Not retried; recorded
+    as a failure (reason too_large), which a replay raises again."""
 
 
 # What praw's objector needs of each answer it turns into objects (JSON Schema): a Listing of things
@@ -179,6 +194,31 @@ def emptied_page_after(request: requests.PreparedRequest, body: bytes) -> str | 
     return after if after and after != asked else None
 
 
+def body_deadline(timeout) -> float:
+    """How long a body may take in all: the request's read timeout (param timeout_s, which the
+    session sets on every request), DEFAULT_TIMEOUT_S for a request sent without one."""
+    if isinstance(timeout, tuple):
+        timeout = timeout[-1]
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0:
+        return float(timeout)
+    return DEFAULT_TIMEOUT_S
+
+
+def read_answer(request: requests.PreparedRequest, response: requests.Response, timeout) -> None:
+    """Read the body of `response` (sent with stream=True) within body_deadline(timeout) in all and
+    at most MAX_ANSWER_BYTES (stages/core/retry.py read_body), naming the request in what it raises:
+    requests.ReadTimeout or ConnectionError (retried) or AnswerTooLarge. A body read already is left
+    as it is."""
+    if response._content is not False:  # requests' own mark of a body not read yet
+        return
+    try:
+        read_body(response, body_deadline(timeout), MAX_ANSWER_BYTES)
+    except BodyTooLarge as err:
+        raise AnswerTooLarge(f"{request.method} {request.url}: the answer is too large: {err}") from None
+    except requests.exceptions.ReadTimeout as err:
+        raise requests.exceptions.ReadTimeout(f"{request.method} {request.url}: {err}") from None
+
+
 def exchange_key(request: requests.PreparedRequest) -> str:
     """What an exchange is recorded under and replayed from: the url, and for a request with a
     body (a form POST) the body appended as query."""
@@ -193,12 +233,16 @@ def exchange_key(request: requests.PreparedRequest) -> str:
 class ArchiveSession(requests.Session):
     """The requests session praw's requestor uses. `live` and `record` send with the project's
     retry policy (record writes each final answer, or the failure, to the WARC); `replay` answers
-    from the loaded archive and sends nothing."""
+    from the loaded archive and sends nothing. `timeout_s` (param timeout_s) is every request's
+    timeout, the whole body's included: praw passes prawcore's own default (16 s) with each request
+    whatever its `timeout` setting says; None keeps the request's."""
 
     def __init__(self, mode: str, policy: RetryPolicy, stats, recorder: WarcRecorder | None = None,
-                 archive: dict | None = None, warc: str = ""):
+                 archive: dict | None = None, warc: str = "", timeout_s: float | None = None):
         super().__init__()
-        self.mode, self.policy, self.stats = mode, policy, stats
+        for scheme in ("http://", "https://"):  # the headers, too, within the timeout in all
+            self.mount(scheme, DeadlineAdapter())
+        self.mode, self.policy, self.stats, self.timeout_s = mode, policy, stats, timeout_s
         self.recorder, self.archive, self.warc = recorder, archive or {}, warc
         self.pages: collections.Counter[str] = collections.Counter()  # listing path -> pages answered
         self.left_out: list[tuple[int, int, object, str]] = []  # (page, index, child, problem) of posts praw did not get
@@ -230,6 +274,12 @@ class ArchiveSession(requests.Session):
             response = self.exchange(request, **kwargs)
         return response
 
+    def resolve_redirects(self, resp, req, **kwargs):
+        """requests.Session.send reads a redirect's body whole (unbounded) before following it or
+        noting where it leads, and calls this for every answer: read it bounded first."""
+        read_answer(req, resp, kwargs.get("timeout"))
+        return super().resolve_redirects(resp, req, **kwargs)
+
     def take_left_out(self) -> list[tuple[int, int, object, str]]:
         taken, self.left_out = self.left_out, []
         return taken
@@ -239,10 +289,14 @@ class ArchiveSession(requests.Session):
         key = exchange_key(request)
         if self.mode == "replay":
             return self._replay(request, key, is_token)
+        if self.timeout_s is not None:
+            kwargs["timeout"] = self.timeout_s
 
         def attempt() -> requests.Response:
             self.stats["requests"] = self.stats.get("requests", 0) + 1
-            return requests.Session.send(self, request, **kwargs)
+            response = requests.Session.send(self, request, **{**kwargs, "stream": True})  # its body read bounded, by resolve_redirects
+            read_answer(request, response, kwargs.get("timeout"))  # (a no-op then: here in case requests stops calling it)
+            return response
 
         def on_retry(_attempt: int, why: str) -> None:
             self.stats["retries"] = self.stats.get("retries", 0) + 1
@@ -254,6 +308,10 @@ class ArchiveSession(requests.Session):
             if self.recorder is not None and not is_token:
                 reason = f"http_{err.last_status}" if err.last_status is not None else "connection_error"
                 self.recorder.failure(key, FetchError(reason, str(err)))
+            raise
+        except AnswerTooLarge as err:
+            if self.recorder is not None and not is_token:
+                self.recorder.failure(key, FetchError("too_large", str(err)))
             raise
         # the token answer is a credential; a 401 is an expired token that praw renews and asks
         # again (recording it would answer the url with the 401 in a replay)
@@ -275,6 +333,8 @@ class ArchiveSession(requests.Session):
         self.stats["replayed"] = self.stats.get("replayed", 0) + 1
         if recorded.failure:
             reason, detail = recorded.failure
+            if reason == "too_large":
+                raise AnswerTooLarge(detail)
             raise RetriesExhausted(detail, int(reason[5:]) if reason.startswith("http_") else None)
         response.status_code, response.reason = recorded.status, ""
         response.headers = CaseInsensitiveDict({k: v for k, v in recorded.headers.items() if not k.startswith("x-ratelimit")})
@@ -502,7 +562,7 @@ def _open_session(ctx) -> ArchiveSession:
             raise StageError(f"replay WARC {warc} does not exist (record it first with mode: record)")
         return ArchiveSession("replay", policy, ctx.stats, archive=load_archive((warc,)), warc=warc)
     recorder = WarcRecorder(warc) if p["mode"] == "record" else None
-    return ArchiveSession(p["mode"], policy, ctx.stats, recorder=recorder, warc=warc)
+    return ArchiveSession(p["mode"], policy, ctx.stats, recorder=recorder, warc=warc, timeout_s=p["timeout_s"])
 
 
 def run(ctx):
@@ -556,7 +616,7 @@ STAGE = Stage(
         "retry_attempts": Param(int, 5, "tries per request on 429/5xx/timeouts, the first included", min=1),
         "retry_backoff_s": Param(float, 1.0, "first retry waits about this long, then doubles (Retry-After wins)", min=0),
         "retry_max_sleep_s": Param(float, 60.0, "longest wait between tries (caps Retry-After)", min=0),
-        "timeout_s": Param(float, 30.0, "per-request timeout", above=0),
+        "timeout_s": Param(float, DEFAULT_TIMEOUT_S, "per-request timeout", above=0),
     },
     run=run,
     invariant=harvest_invariant,

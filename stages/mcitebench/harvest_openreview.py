@@ -6,7 +6,10 @@ Explanation QA pairs: a reviewer's question and the authors' answers under it).
 
 What it does:
 - lists the submissions of a venue by invitation (`ICLR.cc/2025/Conference/-/Submission`) with
-  `details=replies`, paging with offset/limit until the API's `count` is reached;
+  `details=replies`, paging with offset/limit until the API's `count` is reached (without a
+  `count`, until an empty page); a note listed again (the listing changed while paged) is kept
+  once; a page of notes all listed before (a server ignoring `offset`), an empty page short of
+  `count`, or a page of notes without ids with more to page fails the stage;
 - unwraps API v2 content values (`content.title.value`), types every reply by the suffix of its
   invitation (`Official_Review`, `Official_Comment`, `Meta_Review`, `Decision`, `Withdrawal`...),
   and its author by its signature (`.../Submission{N}/Authors`, `.../Reviewer_xyz`, ...);
@@ -49,7 +52,7 @@ from stages.core.schema_check import answer_problem, read_json
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "1"
+VERSION = "2"
 API_MAX_BYTES = 1 << 30  # no API page comes near it: the cap only stops a broken server from filling memory
 
 # What the harvest reads of the API's answers (JSON Schema), checked before anything is read: a
@@ -134,21 +137,46 @@ def _json(body: bytes) -> dict:
 
 
 def list_submissions(client: OpenReviewClient, invitation: str, page_size: int, max_papers: int) -> list[dict]:
-    """Every submission of the invitation with its replies, page by page until `count`."""
+    """Every submission of the invitation with its replies, page by page until `count` (or, from
+    a server that leaves `count` out, until an empty page: a short page may only be the server's
+    own cap on `limit`). A page of notes all listed before fails the stage: a server that ignores
+    `offset` would otherwise be paged forever, each page held in memory."""
     notes: list[dict] = []
+    seen: set[str] = set()
     offset = 0
     with tqdm(desc="submissions", unit="note") as bar:
         while True:
             limit = page_size if not max_papers else min(page_size, max_papers - offset)
-            page = client.get_json("/notes", {"invitation": invitation, "details": "replies", "offset": offset, "limit": limit})
+            params = {"invitation": invitation, "details": "replies", "offset": offset, "limit": limit}
+            page = client.get_json("/notes", params)
             client.stats["api_pages"] += 1
             batch = page["notes"]
-            notes.extend(batch)
+            request = f"OpenReview GET /notes?{urlencode(params)}"
+            # the string ids only: a note without one is rejected malformed_note after the listing
+            ids = [n["id"] for n in batch if isinstance(n, dict) and isinstance(n.get("id"), str)]
+            if ids and seen.issuperset(ids):
+                raise StageError(f"{request}: every note of the page was listed before (the server ignores offset)")
+            for note in batch:  # a listing that changed while paged shifts a note onto the next page: kept once
+                note_id = note.get("id") if isinstance(note, dict) else None
+                if isinstance(note_id, str):
+                    if note_id in seen:
+                        client.stats["notes_listed_twice"] += 1
+                        continue
+                    seen.add(note_id)
+                notes.append(note)
             offset += len(batch)
             bar.update(len(batch))
-            count = page.get("count", offset)
-            if not batch or offset >= count or (max_papers and offset >= max_papers):
+            count = page.get("count")
+            if max_papers and offset >= max_papers:
                 return notes
+            if not batch:
+                if count is not None and offset < count:
+                    raise StageError(f"{request}: an empty page at offset {offset} of a listing whose count is {count}")
+                return notes
+            if count is not None and offset >= count:
+                return notes
+            if not ids:  # nothing to tell a next page from this one by: a server ignoring offset would be paged forever
+                raise StageError(f"{request}: a page of {len(batch)} notes without an id, and more to page")
 
 
 # --- notes ------------------------------------------------------------------------------------

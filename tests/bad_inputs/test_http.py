@@ -5,8 +5,10 @@ reject of that item with its reason while every other item goes on, or, for a li
 cannot read at all, one line naming it. Never a traceback."""
 from __future__ import annotations
 
+import gzip
 import json
 import re
+import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -318,24 +320,25 @@ def listing(children: list) -> dict:
     return {"kind": "Listing", "data": {"after": None, "before": None, "children": children}}
 
 
-def reddit_harvest(tmp_path: Path, server: RedditServer, monkeypatch, check: bool = True):
+def reddit_harvest(tmp_path: Path, server: RedditServer, monkeypatch, check: bool = True, **params):
     monkeypatch.setenv(ID_ENV, "cid")
     monkeypatch.setenv(SECRET_ENV, "secret")
     out = tmp_path / "out"
     args = [f"--output=posts={out}/posts.00000.parquet", f"--output=comments={out}/comments.00000.parquet",
-            "--params", json.dumps(_params(server.url, subreddits=["askscience"], retry_attempts=1))]
+            "--params", json.dumps(_params(server.url, **{"subreddits": ["askscience"], "retry_attempts": 1, **params}))]
     return run_stage("harvest_reddit_live", *args, check=check), out / "posts.00000.parquet"
 
 
 def serving(answers: dict[str, object]) -> RedditServer:
-    """The test Reddit, with the answer to each path starting with a key replaced."""
+    """The test Reddit, with the answer to each path starting with a key replaced (a JSON answer,
+    or a function that writes the raw answer to the handler)."""
     server = RedditServer()
     route = server.route
 
     def bad_route(handler, method, body):
         for prefix, answer in answers.items():
             if handler.path.startswith(prefix):
-                return handler._send(200, answer)
+                return answer(handler) if callable(answer) else handler._send(200, answer)
         return route(handler, method, body)
 
     server.route = bad_route
@@ -541,3 +544,120 @@ def test_reddit_post_fields_of_the_wrong_type_are_rejects(tmp_path, monkeypatch)
     finally:
         server.stop()
     assert {k: r for k, (r, _) in rejects_of(posts).items()} == {f"reddit:{kind}": reason for kind, (_, reason) in REDDIT_FIELD_CASES.items()}
+
+
+# --- Reddit answers too large or too slow ------------------------------------------------------------------
+BOMB = gzip.compress(b"\0" * (1 << 20), 9) * 400  # 400 gzip members: about 400 KB on the wire, 400 MB decoded
+DRIP_BYTES, DRIP_GAP_S = 1000, 0.5  # 500 s to send, a byte well inside any read timeout
+TIMEOUT_S = 2.0  # the stage's timeout_s in these cases
+
+
+def gzip_bomb(handler, status=200, headers=()):
+    """A JSON answer whose gzip body decodes to 400 MB."""
+    handler.send_response(status)
+    for key, value in [("Content-Type", "application/json; charset=UTF-8"), ("Content-Encoding", "gzip"), ("Content-Length", str(len(BOMB))), *headers]:
+        handler.send_header(key, value)
+    handler.end_headers()
+    handler.wfile.write(BOMB)
+
+
+def redirect_bomb(handler):
+    """A 302 whose body is the bomb: requests reads a redirect's body before praw sees the status."""
+    gzip_bomb(handler, 302, [("Location", handler.path)])
+
+
+def drip(handler):
+    """A 200 that announces DRIP_BYTES and sends one every DRIP_GAP_S, until the client hangs up."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json; charset=UTF-8")
+    handler.send_header("Content-Length", str(DRIP_BYTES))
+    handler.end_headers()
+    for _ in range(DRIP_BYTES):
+        try:
+            handler.wfile.write(b" ")
+            handler.wfile.flush()
+        except OSError:  # the client gave up: what the test wants
+            return
+        time.sleep(DRIP_GAP_S)
+
+
+def bounded_harvest(tmp_path: Path, answers: dict, monkeypatch, check: bool = True, **params):
+    """reddit_harvest with `answers` served and timeout_s TIMEOUT_S, which must end well before a
+    drip would (DRIP_BYTES * DRIP_GAP_S = 500 s); also the server's url."""
+    server = serving(answers)
+    started = time.monotonic()
+    try:
+        result, posts = reddit_harvest(tmp_path, server, monkeypatch, check=check, timeout_s=TIMEOUT_S, **params)
+    finally:
+        server.stop()
+    took = time.monotonic() - started
+    assert took < 30, took  # each try is cut at TIMEOUT_S; the rest is the stage's start
+    return result, posts, server.url
+
+
+REDDIT_UNBOUNDED_LISTING_CASES = {  # kind -> (the answer to /r/askscience/new, words of the one line)
+    "gzip_bomb": (gzip_bomb, "AnswerTooLarge: GET {url}/r/askscience/new?limit=2&raw_json=1: the answer is too large: body passed 33554432 bytes"),
+    "gzip_bomb_in_a_redirect": (redirect_bomb, "AnswerTooLarge: GET {url}/r/askscience/new?limit=2&raw_json=1: the answer is too large"),
+    "drip": (drip, "RetriesExhausted: gave up after 2 attempts: ReadTimeout: GET {url}/r/askscience/new?limit=2&raw_json=1: body not complete after 2 s"),
+}
+
+
+@pytest.mark.parametrize("kind", list(REDDIT_UNBOUNDED_LISTING_CASES))
+def test_a_reddit_listing_too_large_or_too_slow_is_one_line(tmp_path, monkeypatch, kind):
+    """A listing page that decodes past the byte cap (not retried), or that drips a byte at a time
+    (cut at timeout_s for the whole body, then retried): one line naming the subreddit and the url,
+    quickly, and no output."""
+    answer, words = REDDIT_UNBOUNDED_LISTING_CASES[kind]
+    asked = []
+
+    def answering(handler):
+        asked.append(handler.path)
+        return answer(handler)
+
+    result, posts, url = bounded_harvest(tmp_path, {"/r/askscience/new": answering}, monkeypatch, check=False, retry_attempts=2)
+    one_clear_line(result, "harvest_reddit_live: error: r/askscience: the listing could not be read: ", words.format(url=url))
+    assert len(asked) == (1 if "bomb" in kind else 2)  # too large: not asked again; too slow: retried
+    assert not list(posts.parent.glob("*.parquet*"))
+
+
+REDDIT_UNBOUNDED_TREE_CASES = {  # kind -> (the answer to /comments/a, expected reject of reddit:a, words of its detail)
+    "gzip_bomb": (gzip_bomb, "bad_answer", "GET {url}/comments/a/?limit=2048&sort=confidence&raw_json=1: the answer is too large: "
+                                           "body passed 33554432 bytes"),
+    "drip": (drip, "comments_unavailable", "RetriesExhausted: gave up after 1 attempts: ReadTimeout: GET {url}/comments/a/?limit=2048&sort=confidence"
+                                           "&raw_json=1: body not complete after 2 s"),
+}
+
+
+@pytest.mark.parametrize("kind", list(REDDIT_UNBOUNDED_TREE_CASES))
+def test_a_reddit_comment_tree_too_large_or_too_slow_rejects_its_post(tmp_path, monkeypatch, kind):
+    """A comment tree past the byte cap is its post's bad_answer; one dripping past timeout_s, once
+    the retries are spent, its comments_unavailable. Quickly, and the other posts go on."""
+    answer, reason, words = REDDIT_UNBOUNDED_TREE_CASES[kind]
+    _, posts, url = bounded_harvest(tmp_path, {"/comments/a": answer}, monkeypatch)
+    rejects = rejects_of(posts)
+    assert rejects["reddit:a"][0] == reason and rejects["reddit:a"][1].startswith(words.format(url=url)), rejects["reddit:a"]
+    assert "reddit:g" in {p["id"] for p in pq.read_table(posts).to_pylist()}  # the other posts go on
+
+
+def test_a_too_large_answer_recorded_is_replayed_as_the_same_reject(tmp_path, monkeypatch):
+    """record writes the too-large answer as a failure (not its bytes); replay raises it again."""
+    server = serving({"/comments/a": gzip_bomb})
+    monkeypatch.setenv(ID_ENV, "cid")
+    monkeypatch.setenv(SECRET_ENV, "secret")
+    warc = tmp_path / "reddit.warc.gz"
+    outputs = {}
+    try:
+        for mode in ("record", "replay"):
+            out = tmp_path / mode
+            params = _params(server.url, subreddits=["askscience"], retry_attempts=1, mode=mode, warc=str(warc))
+            run_stage("harvest_reddit_live", f"--output=posts={out}/posts.00000.parquet", f"--output=comments={out}/comments.00000.parquet",
+                      "--params", json.dumps(params))
+            server.stop()
+            outputs[mode] = out / "posts.00000.parquet"
+    finally:
+        if server.server.thread.is_alive():
+            server.stop()
+    assert warc.stat().st_size < len(BOMB)  # the bomb is not in the archive
+    recorded, replayed = rejects_of(outputs["record"]), rejects_of(outputs["replay"])
+    assert recorded == replayed and recorded["reddit:a"][0] == "bad_answer" and "too large" in recorded["reddit:a"][1]
+    assert pq.read_table(outputs["record"]).equals(pq.read_table(outputs["replay"]))

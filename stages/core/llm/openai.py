@@ -11,12 +11,14 @@ the vllm backend sends the same messages.
 
 Every answer is untrusted input: a body over the cap that `max_answer_chars` sets, a body that is
 not a chat completion, or a field of the wrong type (content that is neither text nor a list of
-parts, a token count that is not a count, a log-probability entry without its number) makes that
-one call fail with the reason ("backend: ..."), never the job.
+parts, a token count that is not a count, a log-probability entry without its number, bytes that
+are not UTF-8, a malformed header or an undecodable gzip) makes that one call fail with the reason
+("backend: ..."), never the job.
 """
 from __future__ import annotations
 
 import base64
+import json
 import math
 import os
 from pathlib import Path
@@ -24,7 +26,7 @@ from typing import Any
 
 import requests
 
-from stages.core.retry import BodyTooLarge, RetriesExhausted, RetryPolicy, read_body, with_retries
+from stages.core.retry import BodyTooLarge, DeadlineAdapter, RetriesExhausted, RetryPolicy, read_body, with_retries
 
 from .calls import Call, Result, yes_probability
 from .scheduler import Endpoint, rate_limit_wait
@@ -177,7 +179,7 @@ class OpenAIBackend:
         self.count = count
         self.session = requests.Session()
         self.session.max_redirects = 5
-        adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=opts["max_in_flight"])
+        adapter = DeadlineAdapter(pool_connections=1, pool_maxsize=opts["max_in_flight"])
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
         self.session.headers.update(opts["headers"])
@@ -222,13 +224,17 @@ class OpenAIBackend:
             raise LLMError(f"openai backend {self.url}: {err}") from None
         except BodyTooLarge as err:
             return Result("", error=f"backend: the answer from {self.url} is too large ({err}; llm.max_answer_chars sets the cap)")
+        except (requests.exceptions.InvalidHeader, requests.exceptions.ContentDecodingError) as err:  # this answer, not the endpoint
+            return Result("", error=f"backend: malformed response from {self.url}: {type(err).__name__}: {err}")
         except requests.RequestException as err:  # a redirect loop, a bad URL...
             raise LLMError(f"openai backend {self.url}: {type(err).__name__}: {err}") from None
         if response.status_code != 200:
             return Result(response.text[:2000], error=f"backend: HTTP {response.status_code} from {self.url}")
         try:
-            return read_answer(response.json(), call.kind)
-        except (ValueError, RecursionError) as err:  # Malformed, or a body that is not JSON
+            # json.loads on the bytes decodes them strictly (requests' .json() would put U+FFFD
+            # in place of bytes that are not UTF-8, and a wrong answer would be cached)
+            return read_answer(json.loads(response.content), call.kind)
+        except (ValueError, RecursionError) as err:  # Malformed, not JSON, or not UTF-8
             return Result(response.text[:2000], error=f"backend: malformed response from {self.url}: {err}")
 
     def close(self) -> None:

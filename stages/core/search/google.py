@@ -3,9 +3,10 @@
     GET <endpoint>?cx=<engine id>&q=<query>&num=<1..10>&start=<1-based>[&searchType=image]
     header X-goog-api-key: <key>          (the key stays out of the url, hence out of WARC files)
 
-A reply has `items` (link, title, snippet; in image mode `image` with contextLink, width, height)
-and `queries.nextPage[0].startIndex` while more results exist. Pages hold at most 10 items and the
-API serves at most the first 100 results, so top_k is reached by paging `start` 1, 11, 21, ...
+A reply has `items` (link, title, snippet; in image mode `image` with contextLink, width, height:
+a side past the results table's int32, or below 1 pixel, is unknown, null) and
+`queries.nextPage[0].startIndex` while more results exist. Pages hold at most 10 items and the API
+serves at most the first 100 results, so top_k is reached by paging `start` 1, 11, 21, ...
 
 Errors arrive as {"error": {"code", "message", "errors": [{"reason"}], "status"}}: 403
 dailyLimitExceeded / quotaExceeded, 429 rateLimitExceeded (after the fetch layer's retries) are
@@ -36,6 +37,7 @@ QUOTA_REASONS = {"dailyLimitExceeded", "quotaExceeded", "rateLimitExceeded", "us
 KEY_REASONS = {"keyInvalid", "keyExpired", "forbidden", "accessNotConfigured", "API_KEY_INVALID", "ipRefererBlocked"}
 _TEXT = {"type": ["string", "null"]}
 _SIZE = {"type": ["integer", "null"]}
+INT32_MAX = 2**31 - 1  # the results table's width and height are int32
 _ITEM = {"type": "object", "properties": {
     "link": _TEXT, "title": _TEXT, "snippet": _TEXT,
     "image": {"type": ["object", "null"], "properties": {"contextLink": _TEXT, "width": _SIZE, "height": _SIZE}},
@@ -102,8 +104,8 @@ class GoogleSearch(Provider):
             snippet=item.get("snippet") or "",
             kind=kind,
             page_url=(image.get("contextLink") or "") if kind == "image" else "",
-            width=image.get("width") if kind == "image" else None,
-            height=image.get("height") if kind == "image" else None,
+            width=_pixels(image.get("width")) if kind == "image" else None,
+            height=_pixels(image.get("height")) if kind == "image" else None,
         )
 
     def explain(self, err: FetchError) -> tuple[str, str]:
@@ -116,6 +118,12 @@ class GoogleSearch(Provider):
             return "auth", f"{said} (check the key in the variable named by key_env and that the Custom Search API is enabled for it)"
         return err.reason, said
 
+
+
+def _pixels(side: int | None) -> int | None:
+    """One side of an image as the API gave it, or None (unknown) past int32 or below 1 pixel: a
+    bogus size must not fail the whole job when the results table is written."""
+    return side if side is not None and 0 < side <= INT32_MAX else None
 
 def _error_body(body: bytes) -> tuple[set[str], str]:
     """Google's error reasons and message; a body of another shape (a proxy's HTML page) says nothing."""

@@ -4,7 +4,8 @@
         [&language=..&safesearch=0|1|2]
 
 A reply has `results` (url, title, content; in the images category img_src, the image file, and
-resolution "WxH"), as many per page as the instance's engines return: pages are asked for until
+resolution "WxH": width and height where both fit the results table's int32 and are positive,
+else unknown, null), as many per page as the instance's engines return: pages are asked for until
 top_k distinct urls, an empty page, or `max_pages`. An instance without `json` in
 `search.formats` answers 403: that stops the job with that advice. Settings (config
 `retrieval.search_web.searxng`): endpoint (required), rate_per_s, max_pages, language, safesearch,
@@ -23,7 +24,10 @@ from . import Provider, SearchFailed, SearchHit, dedupe
 CATEGORIES = {"page": "general", "image": "images"}
 _TEXT = {"type": ["string", "null"]}
 _RESULT = {"type": "object", "properties": {"url": _TEXT, "img_src": _TEXT, "title": _TEXT, "content": _TEXT, "resolution": _TEXT}}
-_RESOLUTION = re.compile(r"^\s*(\d+)\s*[x×]\s*(\d+)\s*$")
+# at most 10 ASCII digits a side: int() of a longer run is slow or refused (past 4300 digits), and
+# no int32 has more; a side past int32 or of 0 pixels is no size either (see _size)
+_RESOLUTION = re.compile(r"^\s*([0-9]{1,10})\s*[x×]\s*([0-9]{1,10})\s*$")
+INT32_MAX = 2**31 - 1  # the results table's width and height are int32
 
 
 class SearxngSearch(Provider):
@@ -63,10 +67,7 @@ class SearxngSearch(Provider):
 
     @staticmethod
     def _hit(result: dict, kind: str) -> SearchHit:
-        width = height = None
-        match = _RESOLUTION.match(result.get("resolution") or "")
-        if match:
-            width, height = int(match[1]), int(match[2])
+        width, height = _size(result.get("resolution"))
         image = kind == "image"
         return SearchHit(
             rank=0,
@@ -83,3 +84,13 @@ class SearxngSearch(Provider):
         if err.reason == "http_403":
             return "forbidden", f"{err.detail} (is 'json' in the instance's search.formats? is a token needed: key_env?)"
         return super().explain(err)
+
+
+def _size(resolution: str | None) -> tuple[int | None, int | None]:
+    """(width, height) of a resolution "WxH" whose sides are both 1..INT32_MAX pixels, else
+    (None, None): the size is unknown, the hit is kept."""
+    match = _RESOLUTION.match(resolution or "")
+    if not match:
+        return None, None
+    width, height = int(match[1]), int(match[2])
+    return (width, height) if 0 < width <= INT32_MAX and 0 < height <= INT32_MAX else (None, None)
