@@ -170,6 +170,18 @@ def test_explain_names_the_rules_that_would_run(workflow_copy):
     assert "would run (snakemake -n release)" in done.stdout and "release_m2rag" in done.stdout
 
 
+def test_explain_says_which_config_key_names_a_missing_input(workflow_copy):
+    """Snakemake's dry run stops at the first rule whose input files are missing and says so on
+    stdout; explain shows those files with the config key that names each."""
+    overlay = workflow_copy / "missing.yaml"
+    overlay.write_text("mavis:\n  harvest_pushshift:\n    files: [/nonexistent/RS_2099-01.zst]\n")
+    done = subprocess.run([sys.executable, "-m", "stages.core.explain", "--rule", "harvest_pushshift", "--targets", "release",
+                           "--configfile", "config/demo.yaml", str(overlay)], cwd=workflow_copy, capture_output=True, text=True, check=True)
+    tail = done.stdout.split("would run (snakemake -n release):")[1]
+    assert "rule harvest_pushshift misses input files" in tail
+    assert "/nonexistent/RS_2099-01.zst  (config mavis.harvest_pushshift.files[0])" in tail
+
+
 def test_old_section_names_are_refused_with_the_new_name():
     config = demo_config()
     config["evaluate"] = copy.deepcopy(config.pop("eval_mcitebench"))

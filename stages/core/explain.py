@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -153,17 +154,42 @@ def model_roles(param: str, spec: dict, value: Any):
                 yield f"answerers[{item.get('name')}]", item["llm"]
 
 
-def would_run(configfiles: list[str], overrides: list[str], targets: list[str]) -> str:
-    """Snakemake's own dry run: the jobs per rule that `snakemake <targets>` would run now."""
+def would_run(configfiles: list[str], overrides: list[str], targets: list[str], config: dict | None = None) -> str:
+    """Snakemake's own dry run: the jobs per rule that `snakemake <targets>` would run now; when it
+    fails, why (Snakemake writes that to stdout), with each missing input file's config key."""
     command = [sys.executable, "-m", "snakemake", *targets, "-n", "--quiet", "rules"]
     if configfiles:
         command += ["--configfile", *configfiles]
     if overrides:
         command += ["--config", *overrides]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        return f"(snakemake -n failed)\n{done.stderr[-2000:]}"
-    return done.stdout.strip()
+    if done.returncode == 0:
+        return done.stdout.strip()
+    said = done.stdout + done.stderr
+    missing = re.search(r"Missing input files for rule (\S+?):.*?affected files:\n((?:[ \t]+\S[^\n]*\n?)+)", said, re.S)
+    if missing:
+        keys = dict(_config_strings(config or {}))
+        lines = [f"(snakemake -n failed: rule {missing.group(1)} misses input files; the first such rule is named, others may follow)"]
+        for path in missing.group(2).split("\n"):
+            path = path.strip()
+            if path:
+                lines.append(f"  {path}" + (f"  (config {keys[path]})" if path in keys else ""))
+        return "\n".join(lines)
+    noise = ("Using workflow specific profile", "Config file ", "Assuming unrestricted", "Building DAG", "Aborting")
+    kept = [line for line in said.splitlines() if line.strip() and not line.startswith(noise)]
+    return "(snakemake -n failed)\n" + "\n".join(kept[-30:])
+
+
+def _config_strings(values: Any, where: str = ""):
+    """(string value, its dotted config key) for every string in the config, list items as key[i]."""
+    if isinstance(values, dict):
+        for key, value in values.items():
+            yield from _config_strings(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(values, list):
+        for i, value in enumerate(values):
+            yield from _config_strings(value, f"{where}[{i}]")
+    elif isinstance(values, str):
+        yield values, where
 
 
 def _short(value: Any, width: int = 70) -> str:
@@ -231,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(job_params(report["rules"][args.rule]), indent=1, default=str))
         return
     if not args.no_dry_run:
-        report["would_run"] = would_run(args.configfile, args.config, args.targets)
+        report["would_run"] = would_run(args.configfile, args.config, args.targets, config)
     if args.json:
         print(json.dumps(report, indent=1, default=str))
     else:
