@@ -202,3 +202,57 @@ def test_extra_body_and_headers_reach_the_server_and_extra_body_keys_the_cache(t
     assert len(bodies) == 5 and not any("chat_template_kwargs" in body for body in bodies[:3])
     assert bodies[3]["chat_template_kwargs"] == {"enable_thinking": False} and bodies[3]["messages"] == bodies[0]["messages"]
     assert [h.get("X-Route") for _, h in headers.received] == ["gpu-pool-2"] * 4 + [None]
+
+
+STRICT_REFUSED = ("minLength", "maxLength", "pattern", "format", "minimum", "maximum", "minItems", "maxItems", "uniqueItems")
+
+
+def strict_refusal(schema, where="schema") -> str | None:
+    """What OpenAI's API says of a schema its strict structured outputs refuse (a keyword off its
+    subset, an object whose properties are not all required or that allows others), else None."""
+    if isinstance(schema, list):
+        return next((r for i, s in enumerate(schema) if (r := strict_refusal(s, f"{where}[{i}]"))), None)
+    if not isinstance(schema, dict):
+        return None
+    for key in STRICT_REFUSED:
+        if key in schema:
+            return f"Invalid schema for response_format 'answer': In context=({where!r}), '{key}' is not permitted."
+    if "properties" in schema and (set(schema.get("required", [])) != set(schema["properties"]) or schema.get("additionalProperties") is not False):
+        return f"Invalid schema for response_format 'answer': In context=({where!r}), 'required' is required to be supplied and to be an array including every key in properties."
+    for key, value in schema.items():
+        children = value.values() if key == "properties" else [value]
+        for child in children:
+            if (refusal := strict_refusal(child, f"{where}.{key}")):
+                return refusal
+    return None
+
+
+def test_openai_strict_sends_the_schema_subset_the_api_takes_and_checks_the_whole(tmp_path):
+    """A stand-in for OpenAI's API that refuses, as it does, a strict schema with length or range
+    limits (HTTP 400, invalid_request_error): `json_schema` sends the prompt's schema whole and every
+    call fails; `openai_strict` sends the subset, and the answer is still checked against the whole
+    schema (a score of 11 is refused here, though the subset the API saw has no maximum)."""
+    from schema_llm import smallest
+
+    class Handler(QuietHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            schema = body["response_format"]["json_schema"]["schema"]
+            refusal = strict_refusal(schema)
+            if refusal:
+                error = {"message": refusal, "type": "invalid_request_error", "param": "response_format", "code": None}
+                return self.answer(400, json.dumps({"error": error}).encode())
+            score = 11 if "Some markdown 2." in json.dumps(body["messages"]) else 3  # the second text, off the scale
+            content = json.dumps({**smallest(schema), "score": score})
+            choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+            self.answer(200, json.dumps({"choices": [choice], "usage": {"prompt_tokens": 9, "completion_tokens": 9}}).encode())
+
+    request = lambda n: LLMRequest(f"r{n}", "m2rag_judge_fluency", {"text": f"Some markdown {n}."})  # noqa: E731
+    with LocalServer(Handler) as server:
+        with client(f"{server.url}/v1", tmp_path / "whole", response_format="json_schema", max_retries=1) as whole:
+            (refused,) = whole.run([request(0)])
+        with client(f"{server.url}/v1", tmp_path / "strict", response_format="openai_strict", max_retries=1) as strict:
+            judged, off_scale = strict.run([request(1), request(2)])
+    assert not refused.ok and refused.error.startswith("backend: HTTP 400") and "'maxLength' is not permitted" in refused.raw
+    assert judged.ok and judged.value["score"] == 3
+    assert not off_scale.ok and off_scale.error.startswith("schema:") and "11" in off_scale.error

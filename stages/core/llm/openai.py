@@ -7,7 +7,10 @@ rate-limit headers pause the whole endpoint. The key comes from the environment 
 into the JSON body, and part of the cache key: it changes answers, e.g. vLLM's
 `chat_template_kwargs`; headers route and authenticate, and are not). Images go as data URLs
 before the last user message's text, or in place where the text marks their slots (IMAGE_SLOT);
-the vllm backend sends the same messages.
+the vllm backend sends the same messages. A json prompt's schema goes whole (`response_format:
+json_schema`, which `vllm serve` enforces while decoding), or in the subset OpenAI's API takes
+(`openai_strict`: no length, range or size limits, every property required), or not at all; the
+answer is checked against the whole schema in every case.
 
 Every answer is untrusted input: a body over the cap that `max_answer_chars` sets, a body that is
 not a chat completion, or a field of the wrong type (content that is neither text nor a list of
@@ -148,6 +151,34 @@ def read_answer(data: Any, kind: str) -> Result:
                   finish_reason=finish)
 
 
+# JSON Schema keywords OpenAI's strict structured outputs refuse (an HTTP 400 for the whole call):
+# lengths, ranges and sizes. The answer is still checked against the full schema when it comes.
+_NOT_STRICT = frozenset({"$schema", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
+                         "exclusiveMaximum", "multipleOf", "minItems", "maxItems", "uniqueItems", "minProperties", "maxProperties"})
+
+
+def openai_strict_schema(schema: Any) -> Any:
+    """`schema` in the subset OpenAI's API takes with `strict: true`: every property of an object
+    required and no other allowed, a `const` as a one-value enum, the keywords in _NOT_STRICT left
+    out. An optional property becomes one the model always writes, which the full schema accepts."""
+    if isinstance(schema, list):
+        return [openai_strict_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key in ("properties", "$defs") and isinstance(value, dict):  # names, not keywords, map to schemas
+            out[key] = {name: openai_strict_schema(sub) for name, sub in value.items()}
+        elif key == "const":
+            out["enum"] = [value]
+        elif key not in _NOT_STRICT:
+            out[key] = openai_strict_schema(value)
+    if isinstance(schema.get("properties"), dict):
+        out["required"] = list(schema["properties"])
+        out["additionalProperties"] = False
+    return out
+
+
 class OpenAIBackend:
     @staticmethod
     def model_id(settings: dict) -> str:
@@ -196,8 +227,9 @@ class OpenAIBackend:
         for key in ("top_p", "seed"):
             if sampling.get(key) is not None:
                 body[key] = sampling[key]
-        if call.kind == "json" and self.response_format == "json_schema":
-            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "answer", "schema": call.schema, "strict": True}}
+        if call.kind == "json" and self.response_format in ("json_schema", "openai_strict"):
+            schema = call.schema if self.response_format == "json_schema" else openai_strict_schema(call.schema)
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}}
         elif call.kind == "json" and self.response_format == "json_object":
             body["response_format"] = {"type": "json_object", "schema": call.schema}
         if call.kind == "yesno" and self.logprobs:
