@@ -51,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
         "max_model_len": None,
         "dtype": "auto",
         "enable_prefix_caching": True,
+        "trust_remote_code": False,
         "max_in_flight": 256,
     },
 }
