@@ -9,7 +9,7 @@ import pytest
 
 from m2rag_eval_fixtures import make_m2rag_release
 from stages.eval_m2rag.m2rag_eval import (Selection, aggregate, by_topic, context_precision, document_with_captions, faithfulness,
-                                    image_contexts, image_recall_count, image_recall_judge, normalise, read_release, reference_score,
+                                    image_contexts, image_recall_count, image_recall_judge, image_recall_public, normalise, read_release, reference_score,
                                     group_inputs, resolve_placeholders, response_scores, select_inputs, strip_placeholders)
 
 
@@ -92,8 +92,9 @@ def _judgement(metric, position, score, status="judged", raw=None, error=None):
             "raw": raw if raw is not None else f'{{"score": {int(score) if score is not None else "?"}}}'}
 
 
-def _response(used, inputs):
-    return {"output_images": [{"n": n, "start": 0, "end": 0} for n in used], "inputs": [{"n": n, "score": s} for n, s in inputs.items()]}
+def _response(used, inputs, urls=None):
+    return {"output_images": [{"n": n, "start": 0, "end": 0} for n in used],
+            "inputs": [{"n": n, "score": s, "url": (urls or {}).get(n, f"https://img.example/{n}.jpg")} for n, s in inputs.items()]}
 
 
 def test_response_scores_strict_and_reference():
@@ -116,6 +117,20 @@ def test_response_scores_strict_and_reference():
     assert ref["image_reference"] == [0.0]  # a reply without a number: the public default 0
     assert strict["image_recall"] == 0.5  # used 1; unused 2 wanted -> 1 / 2
     assert strict["image_recall_count"] == 0.5 == ref["image_recall"]  # 1 of the two inputs scored >= 8
+
+
+def test_reference_image_recall_counts_urls_as_the_public_code():
+    """evaluate.py lists the urls of the input images scored >= 8 (a url twice is listed twice) and
+    divides the set of those the answer used by the list's length; strict counts distinct inputs."""
+    urls = {1: "u1", 2: "u1", 3: "u3"}  # the same image on two pages
+    s = response_scores(_response([1, 2], {1: 9.0, 2: 9.0, 3: 9.0}, urls), [])
+    assert s["reference"]["image_recall"] == pytest.approx(1 / 3)  # {u1} / [u1, u1, u3]
+    assert s["strict"]["image_recall_count"] == pytest.approx(2 / 3)
+    s = response_scores(_response([1], {1: 9.0, 2: 9.0, 3: 9.0}, urls), [])
+    assert s["reference"]["image_recall"] == pytest.approx(1 / 3) and s["strict"]["image_recall_count"] == pytest.approx(1 / 3)
+    s = response_scores(_response([3], {1: 9.0, 2: 9.0, 3: 5.0}, urls), [])
+    assert s["reference"]["image_recall"] == 0.0 and s["strict"]["image_recall_count"] == 0.0
+    assert image_recall_public({"u3"}, [("u1", None), ("u3", 7.9)]) == 1.0  # nothing scored >= 8 (a missing score is not)
 
 
 def test_no_context_no_statement_and_no_positive_image():

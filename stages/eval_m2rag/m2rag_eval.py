@@ -331,10 +331,19 @@ def image_recall_judge(used: set[int], unused_verdicts: dict[int, int]) -> float
 
 
 def image_recall_count(used: set[int], input_scores: dict[int, float], threshold: float = 8) -> float:
-    """The public code's recall (evaluate.py): of the input images scored >= threshold, the share the
-    answer used; 1.0 when no input image reaches the threshold (its `[1.0]` for an empty positive list)."""
+    """The public code's recall over distinct input images: of those scored >= threshold, the share
+    the answer used; 1.0 when no input image reaches the threshold (its `[1.0]` for an empty list)."""
     good = {n for n, s in input_scores.items() if s is not None and s >= threshold}
     return len(good & used) / len(good) if good else 1.0
+
+
+def image_recall_public(used_urls: set[str], inputs: list[tuple[str, float | None]], threshold: float = 8) -> float:
+    """evaluate.py's recall as it computes it, by url: the urls of the input images scored >=
+    threshold as a list (an image on two pages, or a page's and an auxiliary one, counts twice),
+    the set of those the answer used over the list's length; 1.0 when the list is empty. It equals
+    `image_recall_count` unless a url repeats."""
+    positive = [url for url, score in inputs if score is not None and score >= threshold]
+    return len(set(positive) & used_urls) / len(positive) if positive else 1.0
 
 
 def reference_score(row: dict, scale: int) -> float | None:
@@ -373,7 +382,7 @@ def response_scores(response: dict, judgements: list[dict]) -> dict:
     image metrics one value per output image; recall the Figure 22 judge's.
     reference (the public code's computation): 0-10 scores by `reference_score` (clamped);
     faithfulness without statements 1.0 (the public code clamps RAGAS's NaN: min(1, NaN) = 1);
-    image recall by the count of input images scored >= 8, 1.0 when there is none.
+    image recall by the input images scored >= 8, counted by url as evaluate.py does, 1.0 when there is none.
     """
     rows: dict[str, list[dict]] = {}
     for j in judgements:
@@ -401,8 +410,9 @@ def response_scores(response: dict, judgements: list[dict]) -> dict:
         strict["image_recall"] = None
     else:
         strict["image_recall"] = image_recall_judge(used, {j["position"]: int(j["score"]) for j in recall_rows})
-    scores = {i["n"]: i["score"] for i in response["inputs"]}
-    strict["image_recall_count"] = ref["image_recall"] = ref["image_recall_count"] = image_recall_count(used, scores)
+    strict["image_recall_count"] = image_recall_count(used, {i["n"]: i["score"] for i in response["inputs"]})
+    used_urls = {i["url"] for i in response["inputs"] if i["n"] in used}
+    ref["image_recall"] = ref["image_recall_count"] = image_recall_public(used_urls, [(i["url"], i["score"]) for i in response["inputs"]])
     return {"strict": strict, "reference": ref}
 
 
