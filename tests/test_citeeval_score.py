@@ -96,7 +96,7 @@ def test_strict_scenarios_and_edge_cases(tmp_path):
     assert got[("mixed", "full", "strict")]["itercoe"] == pytest.approx((1.0 + 0.0) / 2)
     assert s("mixed", "cited") == ("rated", pytest.approx(A1), 1)
     assert s("uncited_only", "full") == ("rated", 0.0, 1)
-    assert s("uncited_only", "cited") == ("uncited_zero", 0.0, 0)
+    assert s("uncited_only", "cited") == ("not_applicable", None, 0)  # §2.4: uncited statements are N/A in Cited, citable or not
     for scenario in ("full", "cited"):
         assert s("all_na", scenario) == ("not_applicable", None, 0)
         assert s("lost_tag", scenario)[:2] == ("missing", None)
@@ -117,7 +117,7 @@ def test_strict_scenarios_and_edge_cases(tmp_path):
     assert summary[("full", "strict", "citeeval_auto_statement")]["n"] == 5
     assert summary[("full", "strict", "responses_missing")]["value"] == 4
     assert summary[("cited", "strict", "responses_missing")]["value"] == 2
-    assert summary[("cited", "strict", "responses_uncited_zero")]["value"] == 1
+    assert summary[("cited", "strict", "responses_uncited_zero")]["value"] == 0  # N/A in strict Cited (reference: below)
     assert summary[("full", "strict", "responses_empty")]["value"] == 2
     # |R| over all 10 responses (empty ones 0); M over the 8 with statements
     assert summary[("full", "strict", "statements_per_response")]["value"] == pytest.approx((3 + 2 + 2 + 2 + 2 + 2 + 2 + 0 + 2 + 0) / 10)

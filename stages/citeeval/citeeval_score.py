@@ -13,13 +13,14 @@ are N/A whatever their context.
 Strict (the paper's formula, our documented policies):
 - A response with nothing that counts (all query/response/model context, e.g. "No answer is
   found") is `not_applicable`: no rating, left out of the means, counted.
-- Cited: a response with no cited statement but with uncited retrieval statements rates 0.0
-  (`uncited_zero`): it had citable content and cited none.
+- Cited: a response with no cited statement is `not_applicable` too, whatever its uncited
+  statements' contexts: "statements without citations, no matter whether citable, are treated as
+  N/A" (§2.4). (The public code rates it 0.0 when one of them needed a citation: reference mode.)
 - An `empty` response (no statement left after the thinking block) has no rating, counted.
 - A counted cited statement whose ITERCOE answer failed or was invalid makes the response
   `missing`; so does, in Full, an uncited statement without context (its attribution failed: it
-  might have counted), and in Cited only when the response has no cited statement (it decides
-  between N/A and 0.0). No partial means: missing responses are counted, never scored 0.
+  might have counted; in Cited it is N/A either way). No partial means: missing responses are
+  counted, never scored 0.
 - System scores: the response-level mean over rated responses, and beside it the statement-level
   mean over the counted statements of those responses (each response weighs its counted
   statements; `statement_weight`).
@@ -123,10 +124,8 @@ def strict_response(values: list[dict], scenario: str, empty: bool) -> tuple[str
         return "empty", none, 0
     counted = [v for v in values if counts_in(v, scenario)]
     undecided = any(v["undecided"] for v in values)
-    if not counted:
-        if scenario == "cited" and any(v["requires"] for v in values):
-            return "uncited_zero", dict.fromkeys(MEASURES, 0.0), 0
-        return ("missing" if undecided else "not_applicable"), none, 0
+    if not counted:  # in Cited, uncited statements are N/A whatever their context (§2.4)
+        return ("missing" if undecided and scenario == "full" else "not_applicable"), none, 0
     if scenario == "full" and undecided:
         return "missing", none, 0
     status, rating = _rated(counted)
