@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import email.utils
 import itertools
+import os
 import random
 import socket
 import threading
@@ -84,6 +85,10 @@ class _Watchdog:
     Timer thread per request costs about 150 µs of CPU)."""
 
     def __init__(self):
+        self._start_afresh()
+        os.register_at_fork(after_in_child=self._start_afresh)  # a child has no watchdog thread, and its lock may be held
+
+    def _start_afresh(self) -> None:
         self._cond = threading.Condition()
         self._armed: dict[int, tuple[float, Callable[[], None]]] = {}
         self._keys = itertools.count()
@@ -95,7 +100,7 @@ class _Watchdog:
             key = next(self._keys)
             earliest = min((at for at, _ in self._armed.values()), default=None)
             self._armed[key] = (when, action)
-            if self._thread is None or not self._thread.is_alive():  # started on first use (and again after a fork)
+            if self._thread is None:  # started on first use
                 self._thread = threading.Thread(target=self._run, daemon=True, name="http header deadlines")
                 self._thread.start()
             elif earliest is None or when < earliest:
