@@ -374,3 +374,30 @@ def test_a_retry_after_of_zero_or_past_still_backs_off():
     for asked in ("0", "Mon, 01 Jan 2001 00:00:00 GMT"):
         assert 0.25 <= policy.delay(0, asked) <= 0.5 and 1.0 <= policy.delay(2, asked) <= 2.0
     assert policy.delay(0, "7") == 7.0 and policy.delay(0, "100000") == 60
+
+
+def test_the_header_watchdog_runs_in_a_forked_child_even_if_its_lock_was_held():
+    """Stage processes fork (the harvest's reader, fetch_pages' markdown readers): a child has no
+    watchdog thread, and a lock another thread held at the fork would never be released there."""
+    import os
+
+    from stages.core.retry import _WATCHDOG
+
+    release = threading.Event()
+
+    def hold():
+        with _WATCHDOG._cond:
+            release.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    time.sleep(0.05)
+    pid = os.fork()
+    if pid == 0:  # the child: an action armed here fires
+        fired = threading.Event()
+        _WATCHDOG.arm(0.05, fired.set)
+        os._exit(0 if fired.wait(2) else 3)
+    release.set()
+    holder.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
