@@ -129,6 +129,9 @@ def test_the_attribution_models_are_named_where_they_run(demo):
     lines = str(pytest.raises(ConfigError, validate_config, bad).value).splitlines()
     assert lines == ["invalid config:", "  config key 'attribution.generate_attributed' misses required key(s) ['model', 'model_name']",
                      "  config key 'attribution.mcitebench_attention' misses required key(s) ['model', 'model_name']"]
+    bad["attribution"]["mcitebench_attention"] = {"max_new_tokens": 64}  # off unless enabled: true
+    lines = str(pytest.raises(ConfigError, validate_config, bad).value).splitlines()
+    assert lines == ["invalid config:", "  config key 'attribution.generate_attributed' misses required key(s) ['model', 'model_name']"]
     bad["attribution"] = {"enabled": False}
     validate_config(bad)  # a section switched off needs nothing
 

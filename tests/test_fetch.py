@@ -380,6 +380,7 @@ def test_the_header_watchdog_runs_in_a_forked_child_even_if_its_lock_was_held():
     """Stage processes fork (the harvest's reader, fetch_pages' markdown readers): a child has no
     watchdog thread, and a lock another thread held at the fork would never be released there."""
     import os
+    import signal
 
     from stages.core.retry import _WATCHDOG
 
@@ -393,7 +394,8 @@ def test_the_header_watchdog_runs_in_a_forked_child_even_if_its_lock_was_held():
     holder.start()
     time.sleep(0.05)
     pid = os.fork()
-    if pid == 0:  # the child: an action armed here fires
+    if pid == 0:  # the child: an action armed here fires (and a deadlocked child ends in 5 s)
+        signal.alarm(5)
         fired = threading.Event()
         _WATCHDOG.arm(0.05, fired.set)
         os._exit(0 if fired.wait(2) else 3)
@@ -401,3 +403,33 @@ def test_the_header_watchdog_runs_in_a_forked_child_even_if_its_lock_was_held():
     holder.join()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_deadline_past_the_headers_never_cuts_the_connection_s_next_request():
+    """A kept-alive connection goes back to the pool once its headers are in: a deadline that
+    fires late (its action already taken by the watchdog) must not shut the socket down under the
+    next request on it."""
+    from stages.core.retry import _Cut
+
+    a, b = socket.socketpair()
+    with a, b:
+        cut = _Cut(a)
+        assert cut.end() is False  # the headers came first
+        cut.fire()  # the late deadline
+        a.sendall(b"still open")
+        assert b.recv(16) == b"still open"
+        late = _Cut(b)
+        late.fire()
+        assert late.end() is True
+
+
+def test_an_action_that_fails_does_not_end_the_other_deadlines():
+    from stages.core.retry import _WATCHDOG
+
+    def broken():
+        raise RuntimeError("an action's own failure")
+
+    fired = threading.Event()
+    _WATCHDOG.arm(0.01, broken)
+    _WATCHDOG.arm(0.05, fired.set)
+    assert fired.wait(2)

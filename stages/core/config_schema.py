@@ -62,9 +62,9 @@ def _stage_object(node: dict, where: str) -> dict:
     }
     # x-auto: a subsection the template does not name, where the rule may wire the required params
     required = [*node.get("required", []), *(n for n, p in selected.items() if p.default is REQUIRED and not node.get("x-auto"))]
-    if required and "enabled" in node.get("properties", {}):  # a step one can switch off needs them only when on
-        out["if"] = {"properties": {"enabled": {"const": False}}, "required": ["enabled"]}
-        out["else"] = {"required": required}
+    if required and "enabled" in node.get("properties", {}):  # a step that runs only when `enabled: true` needs them only then
+        out["if"] = {"properties": {"enabled": {"const": True}}, "required": ["enabled"]}
+        out["then"] = {"required": required}
     elif required:
         out["required"] = required
     extra = {k: v for k, v in node.items() if k not in (*KEYS, "description", "required", "properties")}

@@ -122,10 +122,38 @@ class _Watchdog:
                     continue
                 actions = [self._armed.pop(key)[1] for key in due]
             for action in actions:
-                action()
+                try:
+                    action()
+                except Exception:  # noqa: BLE001 - one action's failure must not end every deadline
+                    pass
 
 
 _WATCHDOG = _Watchdog()
+
+
+class _Cut:
+    """A connection's socket, shut down at its deadline unless the headers came first: once `end`
+    is called the cut no longer happens, so a late deadline never reaches the socket's next
+    request (a kept-alive connection is reused)."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock, self.lock, self.over, self.fired = sock, threading.Lock(), False, False
+
+    def fire(self) -> None:
+        with self.lock:
+            if self.over:
+                return
+            self.fired = True
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def end(self) -> bool:
+        """No cut from now on; whether it happened."""
+        with self.lock:
+            self.over = True
+            return self.fired
 
 
 class HeaderDeadline:
@@ -136,28 +164,19 @@ class HeaderDeadline:
 
     def getresponse(self, *args, **kwargs):
         limit = self.timeout if isinstance(self.timeout, (int, float)) and self.timeout > 0 else None
-        sock = self.sock
-        if limit is None or sock is None:
+        if limit is None or self.sock is None:
             return super().getresponse(*args, **kwargs)
-        cut = threading.Event()
-
-        def stop() -> None:
-            cut.set()
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-        key = _WATCHDOG.arm(limit, stop)
+        cut = _Cut(self.sock)
+        key = _WATCHDOG.arm(limit, cut.fire)
         try:
             response = super().getresponse(*args, **kwargs)
         except Exception:
-            if cut.is_set():
+            if cut.end():
                 raise TimeoutError(f"response headers not complete after {limit:g} s") from None
             raise
         finally:
             _WATCHDOG.disarm(key)
-        if cut.is_set():  # http.client reads the cut as the end of the headers: a response it is not
+        if cut.end():  # http.client reads the cut as the end of the headers: a response it is not
             response.close()
             raise TimeoutError(f"response headers not complete after {limit:g} s")
         return response

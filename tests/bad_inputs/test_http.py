@@ -450,15 +450,11 @@ def test_a_listed_post_praw_cannot_read_outside_the_window_is_not_judged(tmp_pat
     assert report["stats"]["listed_after_window"] == 1
 
 
-def test_a_page_of_only_posts_praw_cannot_read_does_not_end_the_listing(tmp_path, monkeypatch):
-    """praw ends a listing at an empty page: a page whose every post was left out is followed by
-    the next page in its place, so the posts after it are harvested; record then replay reads the
-    same (the page asked for in its place is archived under its own url)."""
-    server = RedditServer()  # pages of 2: [b0, b1], [b2, a], [del, gallery], ...; b0, b1 and b2 of another shape
-    server.posts["askscience"][0:1] = [_post(pid, created=T0 + 8000 - k, author=None) for k, pid in enumerate(("b0", "b1", "b2"))]
+def record_then_replay(tmp_path, server, warc, monkeypatch) -> dict:
+    """The r/askscience harvest recorded from `server` into `warc`, then replayed with the server
+    stopped: {mode: its posts table}."""
     monkeypatch.setenv(ID_ENV, "cid")
     monkeypatch.setenv(SECRET_ENV, "secret")
-    warc = tmp_path / "reddit.warc.gz"
     outputs = {}
     try:
         for mode in ("record", "replay"):
@@ -471,6 +467,17 @@ def test_a_page_of_only_posts_praw_cannot_read_does_not_end_the_listing(tmp_path
     finally:
         if server.server.thread.is_alive():
             server.stop()
+    return outputs
+
+
+def test_a_page_of_only_posts_praw_cannot_read_does_not_end_the_listing(tmp_path, monkeypatch):
+    """praw ends a listing at an empty page: a page whose every post was left out is followed by
+    the next page in its place, so the posts after it are harvested; record then replay reads the
+    same (the page asked for in its place is archived under its own url)."""
+    server = RedditServer()  # pages of 2: [b0, b1], [b2, a], [del, gallery], ...; b0, b1 and b2 of another shape
+    server.posts["askscience"][0:1] = [_post(pid, created=T0 + 8000 - k, author=None) for k, pid in enumerate(("b0", "b1", "b2"))]
+    warc = tmp_path / "reddit.warc.gz"
+    outputs = record_then_replay(tmp_path, server, warc, monkeypatch)
     for posts in outputs.values():
         rejects = rejects_of(posts)
         assert {k: v[0] for k, v in rejects.items() if v[0] == "bad_answer"} == {"reddit:b0": "bad_answer", "reddit:b1": "bad_answer",
@@ -642,21 +649,8 @@ def test_a_reddit_comment_tree_too_large_or_too_slow_rejects_its_post(tmp_path, 
 def test_a_too_large_answer_recorded_is_replayed_as_the_same_reject(tmp_path, monkeypatch):
     """record writes the too-large answer as a failure (not its bytes); replay raises it again."""
     server = serving({"/comments/a": gzip_bomb})
-    monkeypatch.setenv(ID_ENV, "cid")
-    monkeypatch.setenv(SECRET_ENV, "secret")
     warc = tmp_path / "reddit.warc.gz"
-    outputs = {}
-    try:
-        for mode in ("record", "replay"):
-            out = tmp_path / mode
-            params = _params(server.url, subreddits=["askscience"], retry_attempts=1, mode=mode, warc=str(warc))
-            run_stage("harvest_reddit_live", f"--output=posts={out}/posts.00000.parquet", f"--output=comments={out}/comments.00000.parquet",
-                      "--params", json.dumps(params))
-            server.stop()
-            outputs[mode] = out / "posts.00000.parquet"
-    finally:
-        if server.server.thread.is_alive():
-            server.stop()
+    outputs = record_then_replay(tmp_path, server, warc, monkeypatch)
     assert warc.stat().st_size < len(BOMB)  # the bomb is not in the archive
     recorded, replayed = rejects_of(outputs["record"]), rejects_of(outputs["replay"])
     assert recorded == replayed and recorded["reddit:a"][0] == "bad_answer" and "too large" in recorded["reddit:a"][1]

@@ -61,6 +61,12 @@ class SearchHit:
     height: int | None = None
 
 
+def pixels(side: int | None) -> int | None:
+    """One side of an image as a provider gave it, or None (unknown) below 1 pixel or past int32,
+    the results table's type: a bogus size must not fail the job's write."""
+    return side if side is not None and 0 < side <= 2**31 - 1 else None
+
+
 class SearchFailed(RuntimeError):
     """The provider cannot answer: the job stops, naming the provider and why."""
 

@@ -27,7 +27,7 @@ from stages.core.fetch import Fetcher, FetchError
 
 from stages.core.stage import Reject
 
-from . import Provider, SearchFailed, SearchHit, dedupe, env_value
+from . import Provider, SearchFailed, SearchHit, dedupe, env_value, pixels
 from stages.core.schema_check import read_json
 
 ENDPOINT = "https://www.googleapis.com/customsearch/v1"
@@ -37,7 +37,6 @@ QUOTA_REASONS = {"dailyLimitExceeded", "quotaExceeded", "rateLimitExceeded", "us
 KEY_REASONS = {"keyInvalid", "keyExpired", "forbidden", "accessNotConfigured", "API_KEY_INVALID", "ipRefererBlocked"}
 _TEXT = {"type": ["string", "null"]}
 _SIZE = {"type": ["integer", "null"]}
-INT32_MAX = 2**31 - 1  # the results table's width and height are int32
 _ITEM = {"type": "object", "properties": {
     "link": _TEXT, "title": _TEXT, "snippet": _TEXT,
     "image": {"type": ["object", "null"], "properties": {"contextLink": _TEXT, "width": _SIZE, "height": _SIZE}},
@@ -104,8 +103,8 @@ class GoogleSearch(Provider):
             snippet=item.get("snippet") or "",
             kind=kind,
             page_url=(image.get("contextLink") or "") if kind == "image" else "",
-            width=_pixels(image.get("width")) if kind == "image" else None,
-            height=_pixels(image.get("height")) if kind == "image" else None,
+            width=pixels(image.get("width")) if kind == "image" else None,
+            height=pixels(image.get("height")) if kind == "image" else None,
         )
 
     def explain(self, err: FetchError) -> tuple[str, str]:
@@ -118,12 +117,6 @@ class GoogleSearch(Provider):
             return "auth", f"{said} (check the key in the variable named by key_env and that the Custom Search API is enabled for it)"
         return err.reason, said
 
-
-
-def _pixels(side: int | None) -> int | None:
-    """One side of an image as the API gave it, or None (unknown) past int32 or below 1 pixel: a
-    bogus size must not fail the whole job when the results table is written."""
-    return side if side is not None and 0 < side <= INT32_MAX else None
 
 def _error_body(body: bytes) -> tuple[set[str], str]:
     """Google's error reasons and message; a body of another shape (a proxy's HTML page) says nothing."""

@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 
 from stages.core.fetch import Fetcher, FetchError
 
-from . import Provider, SearchFailed, SearchHit, dedupe
+from . import Provider, SearchFailed, SearchHit, dedupe, pixels
 
 CATEGORIES = {"page": "general", "image": "images"}
 _TEXT = {"type": ["string", "null"]}
@@ -27,8 +27,6 @@ _RESULT = {"type": "object", "properties": {"url": _TEXT, "img_src": _TEXT, "tit
 # at most 10 ASCII digits a side: int() of a longer run is slow or refused (past 4300 digits), and
 # no int32 has more; a side past int32 or of 0 pixels is no size either (see _size)
 _RESOLUTION = re.compile(r"^\s*([0-9]{1,10})\s*[x×]\s*([0-9]{1,10})\s*$")
-INT32_MAX = 2**31 - 1  # the results table's width and height are int32
-
 
 class SearxngSearch(Provider):
     name = "searxng"
@@ -87,10 +85,8 @@ class SearxngSearch(Provider):
 
 
 def _size(resolution: str | None) -> tuple[int | None, int | None]:
-    """(width, height) of a resolution "WxH" whose sides are both 1..INT32_MAX pixels, else
-    (None, None): the size is unknown, the hit is kept."""
+    """(width, height) of a resolution "WxH" whose sides are both sizes `pixels` takes, else (None,
+    None): the size is unknown, the hit is kept."""
     match = _RESOLUTION.match(resolution or "")
-    if not match:
-        return None, None
-    width, height = int(match[1]), int(match[2])
-    return (width, height) if 0 < width <= INT32_MAX and 0 < height <= INT32_MAX else (None, None)
+    width, height = (pixels(int(match[1])), pixels(int(match[2]))) if match else (None, None)
+    return (width, height) if width and height else (None, None)
