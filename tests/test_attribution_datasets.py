@@ -138,3 +138,54 @@ def test_rule_reads_the_dataset_folders_named_in_the_config(workflow_copy, tmp_p
     (workflow_copy / "config" / "test.yaml").write_text(yaml.safe_dump(config))
     refused = run_snakemake(workflow_copy, target, "--configfile", "config/test.yaml", "-n", check=False)
     assert refused.returncode != 0 and "attribution: name the items to summarise" in refused.stdout + refused.stderr
+
+
+def test_cliconsummation_sheet_faults(tmp_path):
+    """A sheet saved with a BOM and CRLF line ends is read; an unquoted label row ("Disease: X,
+    Group: 1", two cells) is no utterance; an image named outside Visuals/ is image_missing even
+    where the file is there."""
+    folder = tmp_path / "clicon"
+    (folder / "Visuals").mkdir(parents=True)
+    Image.new("RGB", (8, 8), "red").save(folder / "escaped.jpg")
+    header = ",".join(HEADER)
+    sheet = (f"\ufeff{header}\nDialogue ID,7\nI have a rash.,How long?,O,,,,Patient has a rash.,,\nTwo days.,Ok.\n"
+             f"Disease: Eczema, Group: 1\n{header}\nDialogue ID,8\nSee $../escaped.jpg$.,I see.,O,Rash,Mild,,,,\n")
+    (folder / "dialogues.csv").write_bytes(sheet.replace("\n", "\r\n").encode())
+    rows, rejects, report = _run(tmp_path, "cliconsummation", folder)
+    [row] = rows
+    assert row["source"] == "Patient: I have a rash.\nDoctor: How long?\nPatient: Two days.\nDoctor: Ok."
+    assert rejects == {"cliconsummation:dialogues.csv:6": "image_missing"} and report["rows_in"] == 2
+
+
+def _fails(tmp_path, name, folder):
+    result = run_stage("attribution_inputs", "--input", f"{name}={folder}", "--output", f"source_items={tmp_path / 'o.parquet'}",
+                       check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_a_sheet_with_an_unclosed_quote_is_an_error_naming_it(tmp_path):
+    """An unclosed quote would swallow the rest of the sheet into one cell, kept as a dialogue."""
+    folder = tmp_path / "clicon"
+    folder.mkdir()
+    (folder / "dialogues.csv").write_text(f"{','.join(HEADER)}\nDialogue ID,7\n\"I have a rash,Ok\nTwo days.,Ok.\n")
+    error = _fails(tmp_path, "cliconsummation", folder)
+    assert error.endswith(f"cannot read CliConSummation sheet {folder / 'dialogues.csv'}: line 4: unexpected end of data")
+
+
+def test_a_folder_without_items_is_an_error_naming_it(tmp_path):
+    """The wrong folder (no sheets, no reports) is told, not a run of 0 rows."""
+    empty = tmp_path / "empty"
+    (empty / "Visuals").mkdir(parents=True)
+    assert _fails(tmp_path, "cliconsummation", empty).endswith(
+        f"no items in cliconsummation {empty}: it holds no dialogue in a *.csv sheet")
+    assert _fails(tmp_path, "mimic_cxr", empty).endswith(f"no items in mimic_cxr {empty}: it holds no report files/p*/p*/s*.txt")
+
+
+def test_a_report_with_a_bom_is_read(tmp_path):
+    """A report saved with a BOM before its first header, "FINDINGS:", has that section."""
+    folder = tmp_path / "mimic"
+    path = _report(folder, "10000001", "50000001")
+    path.write_text(f"\ufeffFINDINGS: {FINDINGS}\r\nIMPRESSION: {IMPRESSION}\r\n")
+    rows, rejects, _ = _run(tmp_path, "mimic_cxr", folder)
+    assert [r["reference_summary"] for r in rows] == [IMPRESSION] and rejects == {}

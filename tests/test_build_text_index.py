@@ -74,3 +74,31 @@ def test_a_stemmer_pystemmer_lacks_is_refused_before_the_build(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert last.startswith("build_text_index: error: stemmer 'klingon' is no Snowball language of PyStemmer; it has arabic,"), last
+
+
+def test_bad_ids_repeated_ids_and_non_string_texts_are_rejected(tmp_path):
+    rows = [{"id": "a", "text": "the sky is blue"}, {"id": "a ", "text": "a second document under the same id"},
+            {"id": {"k": 1}, "text": "an object id"}, {"id": [1], "text": "a list id"}, {"id": "b", "text": 5},
+            {"id": "c", "text": ["x"]}, {"id": "d", "text": "  "}, {"id": "d", "text": "the first d with text"}]
+    data = tmp_path / "c.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    manifest = build([data], tmp_path / "index.parquet", 0, 1, tmp_path / "store")
+    assert manifest["documents"] == 8
+    assert pq.read_table(f"{manifest['path']}/passages.parquet").column("doc_id").to_pylist() == ["t:a", "t:d"]
+    rejects = pq.read_table(tmp_path / "index.parquet.rejects.parquet").to_pylist()
+    assert [(r["id"], r["reason"]) for r in rejects] == [
+        ("t:a", "duplicate_id"), ("t:00000-2", "wrong_type"), ("t:00000-3", "wrong_type"), ("t:b", "wrong_type"),
+        ("t:c", "wrong_type"), ("t:d", "empty_text")]
+    assert rejects[1]["detail"] == "id column 'id' is of type dict, not a string or number: \"{'k': 1}\""
+    assert rejects[3]["detail"] == "text column 'text' is of type int, not a string: '5'"
+
+
+def test_empty_data_files_are_one_line(tmp_path):
+    empty = tmp_path / "c.jsonl"
+    empty.write_bytes(b"")
+    params = {"corpus": {"path": "json", "text_column": "text", "id_column": "id"}, "store": str(tmp_path / "store")}
+    result = run_stage("build_text_index", "--input", f"data_files={empty}", "--output", f"index={tmp_path / 'index.parquet'}",
+                       "--params", json.dumps(params), check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert last == f"build_text_index: error: cannot open corpus 'json' (split 'train'): no rows in data files ['{empty}'] (empty files?)", last

@@ -104,3 +104,21 @@ def test_editdist_stage_with_fitted_coefficients(tmp_path):
     # public keys: citation 2 stored as "3"; DELETE 2 hits citation 1's key
     assert default["editdist_reference"] == pytest.approx((REDUNDANT + KEEP) / 2 + B, abs=1e-15)
     assert (invalid["editdist"], invalid["n_actions"], invalid["editdist_reference"]) == (None, None, 1.0)
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("[1, 2]", 'needs an object with a "coefficients" object'),
+    ('{"coefficients": [1]}', 'needs an object with a "coefficients" object'),
+    ('{"coefficients": {"keep": NaN}}', "missing or not finite numbers"),
+    ("\ufeff" + json.dumps({"coefficients": {**dict.fromkeys(ACTIONS, 1.0), "intercept": True}}), "['intercept'] are missing or not finite"),
+    ("{", "not a citeeval_fit output"),
+])
+def test_a_bad_coefficients_file_fails_in_one_line(tmp_path, text, problem):
+    write_table(tmp_path / "st.parquet", [], "citeeval_statements")
+    write_table(tmp_path / "ra.parquet", [], "citeeval_itercoe")
+    (tmp_path / "coef.json").write_text(text, encoding="utf-8")
+    result = run_stage("citeeval_editdist", "--input", f"statements={tmp_path / 'st.parquet'}", "--input", f"ratings={tmp_path / 'ra.parquet'}",
+                       "--input", f"coefficients={tmp_path / 'coef.json'}", "--output", f"distances={tmp_path / 'd.parquet'}", check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert str(tmp_path / "coef.json") in result.stderr and problem in result.stderr
+    assert not (tmp_path / "d.parquet").exists()

@@ -137,3 +137,52 @@ def test_public_no_answer_regex(text, expected):
     from stages.citeeval.citeeval_prepare import is_public_no_answer
 
     assert is_public_no_answer(text) is expected
+
+
+def test_malformed_citeeval_samples_are_bad_records_naming_the_field(tmp_path):
+    """Each sample below has one wrong field: a bad_record naming it, never a traceback, a wrong
+    value or a run that dies at write; the good sample (integer sample_idx, BOM before the file) is kept."""
+    ok = {"query": "q?", "passages": [{"id": "1", "title": "", "text": "A."}, {"id": "2", "title": "t", "text": "B."}],
+          "prediction": "A is so [1]. B too [2]."}
+
+    def sentences(sentence, citations):
+        return {"prediction_sentences_and_citations": [{"sentence": sentence, "citations": citations}]}
+
+    samples = [
+        {**ok, "sample_idx": 7},
+        ok, ok,  # no sample_idx: each its own reject (they used to share the id "None")
+        {**ok, "sample_idx": [1]},
+        {**ok, "sample_idx": "s", **sentences(5, [1])},
+        {**ok, "sample_idx": "c", **sentences("A is so.", "12")},
+        {**ok, "sample_idx": "f", **sentences("A is so.", [1.9, True])},
+        {**ok, "sample_idx": "p", "passages": [{"id": "1", "text": "A."}, {"id": "01", "text": "B."}]},
+        {**ok, "sample_idx": "m", "model": 7},
+        {**ok, "sample_idx": "t", "passages": [{"id": 1, "title": 5, "text": "A."}]},
+        {**ok, "sample_idx": "l", "prediction_sentences_and_citations": "A is so [1]."},
+    ]
+    given = tmp_path / "in.json"
+    given.write_bytes(b"\xef\xbb\xbf" + json.dumps(samples).encode())
+    responses, statements, _, out = prepare(tmp_path, "--input", f"citeeval_json={given}")
+    assert [r["id"] for r in responses] == ["7"] and statements["7"] == [("A is so. B too.", [1, 2], [])]
+    rejects = [(r["id"], r["reason"], r["detail"]) for r in pq.read_table(f"{out['responses']}.rejects.parquet").to_pylist()]
+    assert rejects == [
+        ("sample:1", "bad_record", "sample_idx None is not an id (a string or an integer)"),
+        ("sample:2", "bad_record", "sample_idx None is not an id (a string or an integer)"),
+        ("sample:3", "bad_record", "sample_idx [1] is not an id (a string or an integer)"),
+        ("s", "bad_record", "sentence 1: its sentence is 5, not text"),
+        ("c", "bad_record", "sentence 1: its citations are '12', not a list of passage numbers"),
+        ("f", "bad_record", "sentence 1: its citations are [1.9, True], not a list of passage numbers"),
+        ("p", "bad_record", "passages 1 and 2 both have id 1"),
+        ("m", "bad_record", "sample without a valid model"),
+        ("t", "bad_record", "passage 1 has title 5, not a string"),
+        ("l", "bad_record", "prediction_sentences_and_citations is 'A is so [1].', not a list"),
+    ]
+
+
+def test_a_citeeval_file_that_is_not_utf8_fails_in_one_line(tmp_path):
+    given = tmp_path / "latin1.json"
+    given.write_bytes('[{"sample_idx": "x", "query": "caf\u00e9?", "passages": [], "prediction": ""}]'.encode("latin-1"))
+    result = run_stage("citeeval_prepare", "--input", f"citeeval_json={given}", *[x for n in ("responses", "statements", "export")
+                                                                                 for x in ("--output", f"{n}={tmp_path / n}")], check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert f"citeeval_json {given}: not UTF-8 (byte 0xe9" in result.stderr

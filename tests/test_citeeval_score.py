@@ -191,3 +191,68 @@ def test_meta_evaluation_against_human_ratings(tmp_path):
     rx = [got[(f"r{i}", "full", "strict")]["citeeval_auto"] for i in range(6)]
     ry = [got[(f"r{i}", "full", "strict")]["human"] for i in range(6)]
     assert resp["n"] == 6 and resp["pearson"] == pytest.approx(pearsonr(rx, ry).statistic)
+
+
+def _score_with(tmp_path, name: str, text: str):
+    """The stage run with `text` as its human ratings file `name` (six responses r0-r5 of two statements)."""
+    args = build(tmp_path, {f"r{i}": ([s_([1], 2, r, KEEP1 * r / 5), s_([2], 2, r, 0.5)], {}) for i, r in enumerate([5, 4, 2, 1, 3, 5])})
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    outs = {n: tmp_path / f"out_{n}.parquet" for n in ("responses", "statements", "summary", "meta")}
+    return run_stage("citeeval_score", *args, "--input", f"human={tmp_path / name}",
+                     *[x for n, p in outs.items() for x in ("--output", f"{n}={p}")], check=False), outs
+
+
+def test_bad_human_rating_rows_are_rejects_with_their_line(tmp_path):
+    good = [json.dumps({"response_id": "r1", "sentence_id": 2, "rating": 4}), json.dumps({"response_id": "r2", "sentence_id": "1", "rating": None})]
+    bad = ["[1, 2]", "{", json.dumps({"response_id": "r0", "sentence_id": None, "rating": 3}),
+           json.dumps({"response_id": "r0", "sentence_id": 1.7, "rating": 3}), json.dumps({"response_id": {"a": 1}, "sentence_id": 1, "rating": 3}),
+           json.dumps({"response_id": "r0", "sentence_id": 2}),
+           json.dumps({"response_id": "r0", "sentence_id": 1, "rating": [3]}), json.dumps({"response_id": "r0", "sentence_id": 1, "rating": "nan"}),
+           json.dumps({"response_id": "r0", "sentence_id": 1, "rating": 99}), json.dumps({"response_id": "r0", "sentence_id": 1, "rating": True}),
+           json.dumps({"response_id": "zzz", "sentence_id": 9, "rating": 3}),
+           json.dumps({"response_id": "r3", "sentence_id": 1, "rating": 5}), json.dumps({"response_id": "r3", "sentence_id": 1, "rating": 1})]
+    result, outs = _score_with(tmp_path, "human.jsonl", "\ufeff" + "\n".join(good + bad) + "\n")
+    assert result.returncode == 0, result.stderr
+    rejects = [(r["id"], r["reason"]) for r in pq.read_table(f"{outs['responses']}.rejects.parquet").to_pylist()]
+    assert rejects == [("human line 3", "human_bad_row"), ("human line 4", "human_bad_row"), ("human line 5", "human_bad_row"),
+                       ("human line 6", "human_bad_row"), ("human line 7", "human_bad_row"), ("human line 8", "human_bad_row"),
+                       ("human line 9", "human_bad_rating"), ("human line 10", "human_bad_rating"), ("human line 11", "human_bad_rating"),
+                       ("human line 12", "human_bad_rating"),
+                       ("human line 14", "human_duplicate"), ("human line 15", "human_duplicate")]  # line 13: another job's response
+    human = {(s["response_id"], s["sentence_id"]): s["human"] for s in pq.read_table(outs["statements"]).to_pylist() if s["human"] is not None}
+    assert human == {("r1", 2): 0.75}  # r2's sentence 1 is N/A; r3's sentence 1, rated twice, is taken from neither line
+    report = json.loads((tmp_path / "out_responses.parquet.report.json").read_text())
+    assert report["rows_in"] == 6 and report["stats"]["human_ratings"] == 2 and report["rejected_by_reason"]["human_duplicate"] == 2
+    assert report["stats"]["human_ratings_of_other_responses"] == 1
+
+
+def test_a_human_ratings_csv_with_a_bom_and_short_rows(tmp_path):
+    result, outs = _score_with(tmp_path, "human.csv", "\ufeffresponse_id,sentence_id,rating\r\nr0,1,3\r\nr0\r\nr1,1,\r\n")
+    assert result.returncode == 0, result.stderr
+    human = {(s["response_id"], s["sentence_id"]): s["human"] for s in pq.read_table(outs["statements"]).to_pylist()}
+    assert human[("r0", 1)] == 0.5 and human[("r1", 1)] is None
+    rejects = pq.read_table(f"{outs['responses']}.rejects.parquet").to_pylist()
+    assert [(r["id"], r["reason"], r["detail"]) for r in rejects] == [("human line 3", "human_bad_row", "sentence_id '' is not a whole number >= 1")]
+
+
+@pytest.mark.parametrize("name, text, problem", [
+    ("human.csv", "", "no rating rows"),
+    ("human.csv", "response_id,sentence_id,rating\n", "no rating rows"),
+    ("human.csv", "response_id,rating\nr0,3\n", "lacks the columns ['sentence_id'] (has ['response_id', 'rating'])"),
+    ("human.jsonl", json.dumps({"response_id": "r0", "sentence_id": 1, "rating": 99}) + "\n",
+     "no row can be read ({'human_bad_rating': 1}; line 1: rating 99 is not a 1-5 score"),
+])
+def test_an_unusable_human_ratings_file_fails_in_one_line(tmp_path, name, text, problem):
+    result, outs = _score_with(tmp_path, name, text)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert f"human ratings {tmp_path / name}: {problem}" in result.stderr
+    assert not outs["responses"].exists()
+
+
+def test_a_human_ratings_csv_not_in_utf8_fails_in_one_line(tmp_path):
+    args = build(tmp_path, {"r0": ([s_([1], 2, 5, KEEP1)], {})})
+    (tmp_path / "human.csv").write_bytes("response_id,sentence_id,rating\nr\u00e9,1,3\n".encode("latin-1"))
+    result = run_stage("citeeval_score", *args, "--input", f"human={tmp_path / 'human.csv'}",
+                       *[x for n in ("responses", "statements", "summary", "meta") for x in ("--output", f"{n}={tmp_path / n}.parquet")], check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert f"{tmp_path / 'human.csv'}: not UTF-8 (byte 0xe9 on line 2)" in result.stderr

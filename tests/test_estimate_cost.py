@@ -115,6 +115,10 @@ def test_budget_stops_a_run_before_a_model_step_that_costs_more(workflow_copy, m
     assert "was made with other settings" in over_budget(wiring(dearer), 1000, {"filter_visual_dependency"})
 
 
+ALIAS_BOMB = "anchors:\n  a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9)) + "rules:\n  filter_queries: {items: *a8}\n"
+
+
 @pytest.mark.parametrize("text, words", [
     ("rules: [1, 2", "not YAML"),
     ("- a list", "expected a mapping with `source`"),
@@ -124,6 +128,9 @@ def test_budget_stops_a_run_before_a_model_step_that_costs_more(workflow_copy, m
     ("rules:\n  filter_queries: {items: 1" + "0" * 400 + "}\n", "rules.filter_queries.items is 1000"),
     ("rules:\n  filter_queries: {out_per_item: {filtered_queries: many}}\n", "rules.filter_queries.out_per_item.filtered_queries is 'many'"),
     ("rules:\n  filter_queries: {calls_per_itme: 2}\n", "rules.filter_queries.calls_per_itme is not a figure the estimate reads"),
+    (ALIAS_BOMB, "rules.filter_queries.items is a list, not a number >= 0"),  # 9**9 leaves: shown by type, not repr'd
+    ("rules:\n  filter_queries: " + "[" * 5000 + "]" * 5000 + "\n", "not YAML"),
+    ("rules:\n  filter_queries: {items: 1" + "0" * 5000 + "}\n", "not YAML (Exceeds the limit (4300 digits)"),
 ])
 def test_a_profile_edited_wrong_fails_in_one_line_naming_the_key(tmp_path, text, words):
     """The profile is a file people edit: bad YAML, a figure that is not a number >= 0 and a
@@ -136,3 +143,10 @@ def test_a_profile_edited_wrong_fails_in_one_line_naming_the_key(tmp_path, text,
     assert result.returncode != 0 and "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert f"profile {profile}" in last and words in last, last
+
+
+def test_a_folder_given_as_the_profile_is_one_line(tmp_path):
+    result = run_stage("estimate_cost", "--input", f"profile={tmp_path}", "--output", f"estimate={tmp_path / 'estimate.json'}",
+                       "--output", f"table={tmp_path / 'estimate.md'}", check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == f"estimate_cost: error: profile {tmp_path}: cannot read it (Is a directory)"

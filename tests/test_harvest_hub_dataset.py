@@ -75,3 +75,44 @@ def test_a_dataset_that_cannot_be_reached_is_one_line(tmp_path, monkeypatch):
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert last.startswith("harvest_hub_dataset: error: cannot load dataset 'no-such-org/no-such-eli5' (split 'train', files None): Couldn't reach"), last
+
+
+def harvest_csv(tmp_path, data: bytes):
+    csv_file = tmp_path / "eli5.csv"
+    csv_file.write_bytes(data)
+    out = tmp_path / "queries.parquet"
+    params = {"path": "csv", "cache_dir": str(tmp_path / "hf"), "fields": {"id": "q_id", "question": "title"}}
+    result = run_stage("harvest_hub_dataset", "--input", f"data_files={csv_file}", "--output", f"queries={out}",
+                       "--params", json.dumps(params), check=False)
+    return result, out, csv_file
+
+
+def test_a_csv_the_builder_cannot_parse_is_one_line_naming_it(tmp_path):
+    for data, why in [(b"q_id,title\na1,Why?\na2,Why,extra,cells\n", "Expected 2 fields in line 3, saw 4"),
+                      (b'q_id,title\na1,"Why\n', "EOF inside string"), (b"", "No columns to parse from file")]:
+        result, out, csv_file = harvest_csv(tmp_path, data)
+        last = result.stderr.strip().splitlines()[-1]
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+        assert last.startswith(f"harvest_hub_dataset: error: cannot load dataset 'csv' (split 'train', files ['{csv_file}']): ")
+        assert why in last, last
+
+
+def test_csv_columns_are_read_as_text(tmp_path):
+    """One empty id cell does not make the ids floats; `007` keeps its zeros; `NA` is a title, not a null."""
+    result, out, _ = harvest_csv(tmp_path, b"q_id,title\n007,Why?\n,How?\n3,NA\n4,\n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [(r["id"], r["question"]) for r in pq.read_table(out).to_pylist()] == [("eli5:007", "Why?"), ("eli5:3", "NA")]
+    rejects = pq.read_table(out.with_name(out.name + ".rejects.parquet")).to_pylist()
+    assert [(r["id"], r["reason"]) for r in rejects] == [("eli5:#1", "missing_id"), ("eli5:4", "empty_question")]
+
+
+def test_ids_lose_surrounding_whitespace_and_unprintable_ids_are_rejected(tmp_path):
+    rows = [eli5_row("a1 ", "Why is the sky blue?"), eli5_row("a1", "Why is grass green?"), eli5_row("a\nb", "Why?"),
+            eli5_row("c\t3", "How?"), eli5_row(7, "Seven?"), eli5_row("7", "Seven again?")]
+    _, outs = harvest(tmp_path, rows)
+    got = sorted((r["id"], r["question"]) for out in outs for r in pq.read_table(out).to_pylist())
+    assert got == [("eli5:7", "Seven?"), ("eli5:a1", "Why is the sky blue?")]
+    rejects = pq.read_table(outs[0].with_name(outs[0].name + ".rejects.parquet")).to_pylist()
+    assert [(r["id"], r["reason"]) for r in rejects] == [("eli5:a1", "duplicate_id"), ("eli5:#2", "bad_id"), ("eli5:#3", "bad_id"),
+                                                         ("eli5:7", "duplicate_id")]
+    assert "'a\\nb'" in rejects[1]["detail"]

@@ -168,24 +168,34 @@ PROFILE_NUMBERS = ("rows_in", "items", "items_per_row", "calls_per_item", "promp
 PROFILE_SHARES = ("out_per_item", "roles")  # name -> a number each
 
 
+def shown(value) -> str:
+    """A bad figure for an error line: a scalar's repr cut short, a container only by its type (a
+    few bytes of YAML aliases can nest into a list far too big to repr)."""
+    return f"{value!r:.80}" if value is None or isinstance(value, (str, int, float)) else f"a {type(value).__name__}"
+
+
 def read_profile(path: str) -> tuple[bytes, dict]:
     """The profile's bytes and its mapping, every figure checked: a file a person edits by hand
-    fails with one line naming the file and the key, not later in the arithmetic."""
-    raw = Path(path).read_bytes()
+    (or a folder named by mistake) fails with one line naming the file and the key, not later in
+    the arithmetic."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise StageError(f"profile {path}: cannot read it ({err.strerror or err})") from None
     try:
         profile = yaml.safe_load(raw) or {}
-    except yaml.YAMLError as err:
-        raise StageError(f"profile {path}: not YAML ({str(err).splitlines()[0]})") from None
+    except (yaml.YAMLError, ValueError, RecursionError) as err:  # ValueError: an int of over 4300 digits, a date like 2001-13-45
+        raise StageError(f"profile {path}: not YAML ({(str(err).splitlines() or [type(err).__name__])[0]:.200})") from None
     if not isinstance(profile, dict) or not isinstance(profile.get("rules", {}), dict) or not isinstance(profile.get("source", ""), str):
         raise StageError(f"profile {path}: expected a mapping with `source` (text) and `rules` (rule -> figures)")
 
     def number(value, where: str) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1e300 < value < 1e300 or value < 0:  # NaN fails too
-            raise StageError(f"profile {path}: {where} is {value!r:.80}, not a number >= 0")
+            raise StageError(f"profile {path}: {where} is {shown(value)}, not a number >= 0")
 
     for rule, figures in profile.get("rules", {}).items():
         if not isinstance(figures, dict):
-            raise StageError(f"profile {path}: rules.{rule} is {figures!r:.80}, not a mapping of figures")
+            raise StageError(f"profile {path}: rules.{rule} is {shown(figures)}, not a mapping of figures")
         for key, value in figures.items():
             if key in PROFILE_NUMBERS:
                 number(value, f"rules.{rule}.{key}")

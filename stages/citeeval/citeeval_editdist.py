@@ -24,7 +24,8 @@ action, is 1.0.
 
 Coefficients: the params (default: `edit2esitamted_rating` of the public release's
 citeeval_config.json at full precision), or the JSON file citeeval_fit writes (`coefficients`
-input) when given.
+input) when given; either must give every action and the intercept as a finite number, else the
+stage fails in one line naming the file.
 
 Inputs: statements (citeeval_statements), ratings (citeeval_itercoe), coefficients (optional JSON).
 Outputs: distances (citeeval_editdist, one row per rating row).
@@ -35,11 +36,13 @@ Params: coefficients.
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 
 from stages.citeeval.citeeval import ACTIONS, ADD_REASONS, DELETE_REASONS, PUBLIC_COEFFICIENTS, eq3
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "2"
+VERSION = "3"  # 3: coefficients must be finite numbers (NaN was accepted)
 
 
 def final_states(originals: list, edits: list[dict]) -> tuple[dict, int]:
@@ -94,21 +97,31 @@ def editdist_reference(citations: list[int], edits: list[dict], coefficients: di
 
 
 def load_coefficients(ctx) -> dict[str, float]:
-    if not ctx.has_input("coefficients"):
-        return ctx.params["coefficients"]
-    path = ctx.input_path("coefficients")
-    try:
-        fitted = json.loads(open(path).read())["coefficients"]
-    except (OSError, ValueError, KeyError) as err:
-        raise StageError(f"coefficients {path}: not a citeeval_fit output: {err}") from None
-    return fitted
+    """The params' coefficients, or those of the citeeval_fit output given as `coefficients`; fails
+    in one line naming the file (or the params) unless every action and the intercept is a finite number."""
+    where = "the params"
+    coefficients = ctx.params["coefficients"]
+    if ctx.has_input("coefficients"):
+        where = path = ctx.input_path("coefficients")
+        try:
+            fitted = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+        except (OSError, ValueError) as err:  # ValueError: not UTF-8, not JSON
+            raise StageError(f"coefficients {path}: not a citeeval_fit output: {err}") from None
+        coefficients = fitted.get("coefficients") if isinstance(fitted, dict) else None
+        if not isinstance(coefficients, dict):
+            raise StageError(f"coefficients {path}: not a citeeval_fit output: needs an object with a \"coefficients\" object")
+    bad = [k for k in (*ACTIONS, "intercept") if not _finite(coefficients.get(k))]
+    if bad:
+        raise StageError(f"coefficients of {where}: {bad} are missing or not finite numbers")
+    return coefficients
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def run(ctx):
     coefficients = load_coefficients(ctx)
-    missing = [k for k in (*ACTIONS, "intercept") if not isinstance(coefficients.get(k), (int, float))]
-    if missing:
-        raise StageError(f"coefficients lack {missing}")
     ctx.stats["coefficients_from_fit"] = int(ctx.has_input("coefficients"))
     citations = {s["id"]: s["citations"] for s in ctx.read_rows("statements")}
     for row in ctx.read_rows("ratings"):

@@ -1,11 +1,13 @@
 """Refit EDITDIST's distances (citeeval.txt §4.2, Eq. 3): multiple linear regression of human ratings
 on the share of each edit action, min sum_i (r_i - r^_i)^2, by least squares.
 
-Human ratings file (CSV with a header, or JSON lines), one statement per row: the counts of its
-ground-truth actions `keep`, `delete_misleading`, `delete_substandard`, `delete_redundant`,
-`add_evidence`, `add_refinement`, `add_credibility` (missing = 0) and its human `rating`, a 1-5
-Likert score normalised as ITERCOE's, (r - 1) / 4 (`rating_scale: likert5`), or already on [0, 1]
-(`unit`). Rows without a rating (N/A statements) are skipped and counted.
+Human ratings file (CSV with a header, or JSON lines; UTF-8, a byte-order mark allowed), one
+statement per row, named by `id`: the counts of its ground-truth actions `keep`,
+`delete_misleading`, `delete_substandard`, `delete_redundant`, `add_evidence`, `add_refinement`,
+`add_credibility` (every one a column, or a key of each JSON line: a CSV lacking one fails naming
+it; an empty cell or null = 0) and its human `rating`, a 1-5 Likert score normalised as ITERCOE's,
+(r - 1) / 4 (`rating_scale: likert5`), or already on [0, 1] (`unit`). Rows without a rating (N/A
+statements) are skipped and counted.
 
 Features are |A_k| / |A| per action; a statement with no action has all features 0, and the model
 gives it b. The shares of a statement with actions sum to 1, so b is identifiable only when some
@@ -14,35 +16,49 @@ is written with `identifiable: false` (each d_k + b is still determined).
 
 Inputs: ratings (the human ratings file). Outputs: coefficients (JSON: {"coefficients": {...},
 "n", "rmse", "rank", "identifiable"}).
-Rejects: no_rating (an N/A statement), bad_row (not an object, or counts or a rating that are not
-finite numbers, or a negative count), bad_json (a JSON line that is not JSON).
+Rejects: no_rating (an N/A statement), bad_row (not an object, an action or the rating absent, counts
+or a rating that are not finite numbers, or a negative count), bad_json (a JSON line that is not
+JSON), rating_out_of_range (off the rating_scale), duplicate_id (an id on several rows: every one of
+them, which one is meant being unknown).
 Params: rating_scale (likert5 | unit).
 """
 from __future__ import annotations
 
-import csv
+import collections
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 
 from stages.citeeval.citeeval import ACTIONS, likert_to_unit
+from stages.core.review import read_csv
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "1"
+VERSION = "2"  # 2: action columns required, ratings off the scale and repeated ids rejected, a BOM read
+SCALES = {"likert5": (1, 5), "unit": (0, 1)}  # the ratings each rating_scale takes
 
 
 def read_rows(path: str) -> list:
-    """The file's rows: dicts from a CSV; from JSON lines each line's value, or the ValueError of a
-    line that does not parse (one bad line is one reject)."""
+    """The file's rows: from a CSV (the shared sheet reader, stages/core/review.py) dicts, after
+    checking that the header has `rating` and every action column; from JSON lines each line's
+    value, or the ValueError of a line that does not parse (one bad line is one reject). UTF-8, a
+    byte-order mark allowed; a file that cannot be read fails in one line."""
+    if not path.endswith((".jsonl", ".json")):
+        try:
+            header, rows = read_csv(path)
+        except StageError as err:
+            raise StageError(f"ratings: {err}") from None
+        absent = [c for c in (*ACTIONS, "rating") if c not in header]
+        if absent:
+            raise StageError(f"ratings {path}: lacks the columns {absent} (has {header})")
+        return rows
     try:
-        with open(path, encoding="utf-8") as fh:
-            if path.endswith((".jsonl", ".json")):
-                return [_json_line(line) for line in fh if line.strip()]
-            return list(csv.DictReader(fh))
-    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as err:
         raise StageError(f"ratings {path}: cannot read: {err}") from None
+    return [_json_line(line) for line in text.split("\n") if line.strip()]
 
 
 def _json_line(line: str):
@@ -79,27 +95,44 @@ def fit(X: np.ndarray, y: np.ndarray) -> tuple[dict[str, float], int, float]:
     return coefficients, int(rank), rmse
 
 
+def _row_id(row, n: int) -> str:
+    row_id = row.get("id") if isinstance(row, dict) else None
+    return str(row_id) if isinstance(row_id, (str, int)) and not isinstance(row_id, bool) and row_id != "" else f"row:{n}"
+
+
 def run(ctx):
     scale = ctx.params["rating_scale"]
+    low, high = SCALES[scale]
+    rows = read_rows(ctx.input_path("ratings"))
+    ids = [_row_id(row, n) for n, row in enumerate(rows, start=1)]
+    rows_of = collections.defaultdict(list)
+    for n, row_id in enumerate(ids, start=1):
+        rows_of[row_id].append(n)
     X, y = [], []
-    for n, row in enumerate(read_rows(ctx.input_path("ratings")), start=1):
-        row_id = row.get("id") if isinstance(row, dict) else None
-        with ctx.item(str(row_id) if isinstance(row_id, (str, int)) and not isinstance(row_id, bool) and row_id != "" else f"row:{n}"):
+    for n, (row_id, row) in enumerate(zip(ids, rows), start=1):
+        with ctx.item(row_id):
             if isinstance(row, ValueError):
                 raise Reject("bad_json", f"row {n}: {row.msg} at char {row.pos}" if isinstance(row, json.JSONDecodeError) else f"row {n}: {row}")
             if not isinstance(row, dict):
                 raise Reject("bad_row", f"row {n}: a {type(row).__name__}, not an object")
-            rating = row.get("rating")
+            if len(rows_of[row_id]) > 1:
+                raise Reject("duplicate_id", f"row {n}: id {row_id} is on rows {rows_of[row_id]}: none is fitted")
+            absent = [a for a in (*ACTIONS, "rating") if a not in row]
+            if absent:
+                raise Reject("bad_row", f"row {n}: lacks {absent}")
+            rating = row["rating"]
             if rating in (None, "", "null", "N/A"):
                 raise Reject("no_rating", "an N/A statement: nothing to fit")
             try:
-                counts = {a: _number(row.get(a) or 0, a) for a in ACTIONS}
+                counts = {a: _number(row[a] or 0, a) for a in ACTIONS}
                 value = _number(rating, "rating")
             except ValueError as err:
                 raise Reject("bad_row", f"row {n}: {err}") from None
             negative = [a for a, c in counts.items() if c < 0]
             if negative:
                 raise Reject("bad_row", f"row {n}: negative action counts {negative}")
+            if not low <= value <= high:
+                raise Reject("rating_out_of_range", f"row {n}: rating {rating!r} is outside {low}-{high} (rating_scale {scale})")
             X.append(features(counts))
             y.append(likert_to_unit(value) if scale == "likert5" else value)
     if len(y) < len(ACTIONS) + 1:
@@ -122,8 +155,11 @@ STAGE = Stage(
     run=run,
     rejects={
         "no_rating": "an N/A statement: no rating to fit",
-        "bad_row": "not an object, or action counts or a rating that are not finite numbers (counts not negative)",
+        "bad_row": "not an object, lacks an action or the rating, or action counts or a rating that are not finite numbers "
+                   "(counts not negative)",
         "bad_json": "a JSON line that is not JSON",
+        "rating_out_of_range": "a rating off the rating_scale (1-5 for likert5, 0-1 for unit)",
+        "duplicate_id": "an id on more than one row: none of its rows is fitted",
     },
 )
 

@@ -35,15 +35,19 @@ Inputs (one of them):
   "CiteEval-Auto"): response_id, model, source, query, passages [{id, title, text, mode}], response,
   mode. Text items are passages as they are; an image item is its caption or text stand-in
   (`mode` per passage and per row).
-- citeeval_json: a file in CiteEval's JSON format, a list of samples `{sample_idx, query,
-  passages: [{id, title, text}], prediction, prediction_sentences_and_citations: [{id, sentence,
-  citations}]}`. A sample with its sentences is imported as it is (only out-of-range and duplicate
-  citations are removed); a sample with only `prediction` (or `pred`, the system-output format)
-  goes through steps 1-5.
+- citeeval_json: a file in CiteEval's JSON format (UTF-8, a byte-order mark allowed; a file that
+  is not UTF-8 JSON fails in one line), a list of samples `{sample_idx, query, passages: [{id,
+  title, text}], prediction, prediction_sentences_and_citations: [{id, sentence, citations}]}`
+  (`model`, a string, optional). A sample with its sentences is imported as it is (only
+  out-of-range and duplicate citations are removed); a sample with only `prediction` (or `pred`,
+  the system-output format) goes through steps 1-5. A sample is `bad_record`, naming the field,
+  when its sample_idx (or id) is not a string or an integer, its model or a passage title not a
+  string, a passage id not a number (written "1" or 1; "1" and "01" in one sample name the same
+  passage: rejected), a sentence not text or its citations not a list of passage numbers.
 Outputs: responses (citeeval_prepared, one row per response), statements (citeeval_statements,
 not counted), export (the prepared responses in CiteEval's JSON format: importing it again gives
 the same statements).
-Rejects: bad_record (no query or passages, or a malformed sample), duplicate_id (a response id
+Rejects: bad_record (no query or passages, or a malformed sample: the field named), duplicate_id (a response id
 seen before).
 Params: model (model name for a CiteEval file's samples), min_statement_chars, limit.
 """
@@ -51,7 +55,7 @@ from __future__ import annotations
 
 import json
 import re
-
+from pathlib import Path
 
 from stages.citeeval.citeeval import CITATION
 from stages.core.ids import content_id
@@ -59,7 +63,7 @@ from stages.core.sentences import line_sentences
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "2"
+VERSION = "3"  # 3: malformed CiteEval samples (ids, titles, models, citations of the wrong type) are bad_record
 _LEADING = re.compile(r"^\W*?((?:\s*\[\d+\])+)")
 _MARKER = re.compile(r"\s*\[\d+\]")
 _NO_ANSWER = re.compile(r"^\W*no answer (?:is|was|could be) found\b", re.I)
@@ -155,32 +159,72 @@ def prepare(response: dict, min_chars: int, given: list[dict] | None = None) -> 
     return prepared, rows
 
 
-def from_citeeval_sample(sample: dict, model: str) -> tuple[dict, list[dict] | None]:
-    """A CiteEval JSON sample as a citeeval_responses row, and its own statements if it has them."""
+def _ident(value) -> str | None:
+    """A sample's id as text: a string that is not blank, or an integer."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def _citation(value) -> int | None:
+    """A citation id: an integer >= 0, or its decimal digits as text (not 1.9, not true)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value >= 0 else None
+    return int(value) if isinstance(value, str) and value.isdecimal() else None
+
+
+def sample_id(sample, n: int) -> str:
+    """The response id of a CiteEval sample: its `sample_idx` (or `id`); `sample:<n>` (its place in
+    the file) when it has no usable one, to name its reject."""
+    if not isinstance(sample, dict):
+        return f"sample:{n}"
+    return _ident(sample.get("sample_idx", sample.get("id"))) or f"sample:{n}"
+
+
+def from_citeeval_sample(sample: dict, model: str, ident: str) -> tuple[dict, list[dict] | None]:
+    """A CiteEval JSON sample as a citeeval_responses row, and its own statements if it has them;
+    Reject("bad_record") naming the field that is missing or of the wrong type."""
     if not isinstance(sample, dict):
         raise Reject("bad_record", f"a sample is a JSON object, got {type(sample).__name__}")
+    if ident.startswith("sample:") and _ident(sample.get("sample_idx", sample.get("id"))) is None:
+        raise Reject("bad_record", f"sample_idx {sample.get('sample_idx', sample.get('id'))!r:.80} is not an id (a string or an integer)")
     prediction = sample.get("prediction", sample.get("pred"))
     wrong = [k for k, ok in (("query", isinstance(sample.get("query"), str)), ("passages", isinstance(sample.get("passages"), list)),
-                             ("prediction", isinstance(prediction, str))) if not ok]
+                             ("prediction", isinstance(prediction, str)),
+                             ("model", sample.get("model") is None or isinstance(sample["model"], str) and sample["model"].strip())) if not ok]
     if wrong:
         raise Reject("bad_record", f"sample without a valid {', '.join(wrong)}")
-    passages = []
+    passages, numbers = [], {}
     for n, passage in enumerate(sample["passages"], start=1):
         if not isinstance(passage, dict) or not isinstance(passage.get("text"), str):
             raise Reject("bad_record", f"passage {n} has no text")
-        if not str(passage.get("id", n)).isdecimal():  # what int() reads ("²" passes isdigit, not int)
-            raise Reject("bad_record", f"passage {n} has id {passage['id']!r}, not a number")
-        passages.append({"id": int(passage.get("id", n)), "title": passage.get("title") or "", "text": passage["text"], "mode": "text"})
-    row = {"response_id": str(sample.get("sample_idx", sample.get("id"))), "model": sample.get("model") or model,
+        if not isinstance(passage.get("title") or "", str):
+            raise Reject("bad_record", f"passage {n} has title {passage['title']!r:.80}, not a string")
+        number = _citation(passage.get("id", n))
+        if number is None:
+            raise Reject("bad_record", f"passage {n} has id {passage['id']!r:.80}, not a number")
+        if number in numbers:
+            raise Reject("bad_record", f"passages {numbers[number]} and {n} both have id {number}")
+        numbers[number] = n
+        passages.append({"id": number, "title": passage.get("title") or "", "text": passage["text"], "mode": "text"})
+    row = {"response_id": ident, "model": sample.get("model") or model,
            "source": "citeeval", "query": sample["query"], "passages": passages, "response": prediction, "mode": "text"}
     given = None
     if "prediction_sentences_and_citations" in sample:
+        sentences = sample["prediction_sentences_and_citations"]
+        if not isinstance(sentences, list):
+            raise Reject("bad_record", f"prediction_sentences_and_citations is {sentences!r:.80}, not a list")
         given = []
-        for sentence in sample["prediction_sentences_and_citations"]:
-            try:
-                given.append({"sentence": sentence["sentence"], "citations": [int(c) for c in sentence["citations"]]})
-            except (KeyError, TypeError, ValueError):
-                raise Reject("bad_record", f"malformed sentence {str(sentence)[:200]}") from None
+        for n, sentence in enumerate(sentences, start=1):
+            if not isinstance(sentence, dict):
+                raise Reject("bad_record", f"sentence {n} is {str(sentence)[:80]}, not an object")
+            text, citations = sentence.get("sentence"), sentence.get("citations")
+            ids = [_citation(c) for c in citations] if isinstance(citations, list) else [None]
+            if not isinstance(text, str):
+                raise Reject("bad_record", f"sentence {n}: its sentence is {text!r:.80}, not text")
+            if None in ids:
+                raise Reject("bad_record", f"sentence {n}: its citations are {citations!r:.80}, not a list of passage numbers")
+            given.append({"sentence": text, "citations": ids})
     return row, given
 
 
@@ -209,16 +253,14 @@ def _inputs(ctx) -> list[tuple[str, dict, str | None]]:
         return [(r["response_id"], r, None) for r in ctx.read_rows("responses")]
     path = ctx.input_path("citeeval_json")
     try:
-        samples = json.loads(open(path, encoding="utf-8").read())
-    except (OSError, json.JSONDecodeError) as err:
+        samples = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+    except UnicodeDecodeError as err:
+        raise StageError(f"citeeval_json {path}: not UTF-8 (byte 0x{err.object[err.start]:02x} at offset {err.start})") from None
+    except (OSError, ValueError) as err:
         raise StageError(f"citeeval_json {path}: not a JSON file: {err}") from None
     if not isinstance(samples, list):
         raise StageError(f"citeeval_json {path}: a CiteEval file is a JSON list of samples")
-    out = []
-    for n, sample in enumerate(samples):
-        ident = str(sample.get("sample_idx", sample.get("id", f"sample:{n}"))) if isinstance(sample, dict) else f"sample:{n}"
-        out.append((ident, sample, "json"))
-    return out
+    return [(sample_id(sample, n), sample, "json") for n, sample in enumerate(samples)]
 
 
 def run(ctx):
@@ -235,7 +277,7 @@ def run(ctx):
             seen.add(ident)
             given = None
             if kind == "json":
-                row, given = from_citeeval_sample(row, params["model"])
+                row, given = from_citeeval_sample(row, params["model"], ident)
             if not row["passages"] or not row["query"]:
                 raise Reject("bad_record", "no passages" if not row["passages"] else "no query")
             prepared, statements = prepare(row, params["min_statement_chars"], given)

@@ -50,11 +50,21 @@ thinking text, which has no statements here).
 
 Statistics per response (Table 4): |R| statements, and the share M of statements without citation.
 
-Meta-evaluation (given `human`: CSV or JSON lines with response_id, sentence_id and rating, a 1-5
-Likert score or empty for N/A; normalised (r - 1) / 4): Pearson, Spearman and Kendall's tau between
+Meta-evaluation (given `human`: CSV or JSON lines, UTF-8 with an optional byte-order mark, with
+response_id, sentence_id and rating, a 1-5 Likert score or empty for N/A; normalised (r - 1) / 4):
+Pearson, Spearman and Kendall's tau between
 CiteEval-Auto (and each component) and the human ratings, at statement level (statements where
 both are present) and response level (human response rating = mean of the scenario's statements'
 human ratings), per scenario and mode.
+
+Human ratings rows are checked, each bad one a reject named `human line <n>` (they are not
+responses: rows in counts responses only, the invariant is per response): `human_bad_row` (not an
+object with the three fields, a sentence_id that is not a whole number >= 1), `human_bad_rating`
+(not 1-5 or empty), `human_duplicate` (a statement rated on several rows: every one of them, none
+taken); the ratings taken are counted in the stats (`human_ratings`), and so are the rows of
+statements these responses do not have (`human_ratings_of_other_responses`: the file goes to every
+citeeval_score job, one per evaluation read). An empty file, a CSV without the three columns or
+one none of whose rows can be read fails in one line.
 
 Inputs: responses (citeeval_prepared), statements, contexts, ratings (citeeval_itercoe), distances
 (citeeval_editdist), human (optional file).
@@ -67,16 +77,18 @@ input may hold several (a CiteEval file's systems; an evaluation's configuration
 from __future__ import annotations
 
 import collections
-import csv
 import json
+import math
+from pathlib import Path
 from statistics import mean
 
 from scipy.stats import kendalltau, pearsonr, spearmanr
 
 from stages.citeeval.citeeval import STATUSES, likert_to_unit
-from stages.core.stage import Input, Output, Stage, StageError
+from stages.core.review import read_csv
+from stages.core.stage import Input, Output, Reject, Stage, StageError
 
-VERSION = "2"
+VERSION = "3"  # 3: bad, unknown and repeated human ratings are rejects, not errors or silently taken
 MEASURES = ("citeeval_auto", "itercoe", "editdist")
 SCENARIOS = ("full", "cited")
 MODES = ("strict", "reference")
@@ -168,18 +180,118 @@ def statistics(values: list[dict], mode: str, response: dict) -> tuple[int, int,
     return n, uncited, uncited / n
 
 
-def read_human(path: str) -> dict[tuple[str, int], float | None]:
+HUMAN_COLUMNS = ("response_id", "sentence_id", "rating")
+NOT_RATED = (None, "", "null", "N/A")  # a rating left empty: the statement is N/A
+
+
+def human_rows(path: str) -> list[tuple[int, object]]:
+    """(line, row) of a human ratings file: JSON lines (a row is any JSON value, or the problem
+    of a line that is not JSON), or a CSV through the shared sheet reader (stages/core/review.py),
+    which must have the three columns. UTF-8, a byte-order mark allowed; a file that cannot be
+    read, or has no row, fails in one line."""
+    if path.endswith((".jsonl", ".json")):
+        try:
+            lines = Path(path).read_text(encoding="utf-8-sig").split("\n")
+        except (OSError, UnicodeDecodeError) as err:
+            raise StageError(f"human ratings {path}: cannot read: {err}") from None
+        rows = [(n, _json_line(line)) for n, line in enumerate(lines, start=1) if line.strip()]
+    else:
+        try:
+            header, raw = read_csv(path)
+        except StageError as err:
+            raise StageError(f"human ratings: {err}") from None
+        absent = [c for c in HUMAN_COLUMNS if c not in header]
+        if header and absent:
+            raise StageError(f"human ratings {path}: lacks the columns {absent} (has {header})")
+        rows = list(enumerate(raw, start=2))
+    if not rows:
+        raise StageError(f"human ratings {path}: no rating rows")
+    return rows
+
+
+def _json_line(line: str):
     try:
-        with open(path, encoding="utf-8") as fh:
-            rows = [json.loads(line) for line in fh if line.strip()] if path.endswith((".jsonl", ".json")) else list(csv.DictReader(fh))
-        out = {}
-        for row in rows:
-            rating = row.get("rating")
-            out[(str(row["response_id"]), int(row["sentence_id"]))] = (
-                None if rating in (None, "", "null", "N/A") else likert_to_unit(float(rating)))
-        return out
-    except (OSError, ValueError, KeyError) as err:
-        raise StageError(f"human ratings {path}: {err}") from None
+        return json.loads(line)
+    except ValueError as err:
+        return Reject("human_bad_row", f"not JSON: {err}")
+
+
+def _whole(value) -> int | None:
+    """A sentence id: a whole number (1, 1.0, "1"), else None (1.7, true, null)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def human_rating(row) -> tuple[tuple[str, int], float | None]:
+    """((response_id, sentence_id), rating on [0, 1] or None for N/A) of one row; Reject naming
+    the field otherwise."""
+    if isinstance(row, Reject):
+        raise row
+    if not isinstance(row, dict):
+        raise Reject("human_bad_row", f"a JSON {type(row).__name__}, not an object")
+    absent = [c for c in HUMAN_COLUMNS if c not in row]
+    if absent:
+        raise Reject("human_bad_row", f"lacks {absent} (an N/A rating is null or empty)")
+    response_id, sentence_id, rating = (row[c] for c in HUMAN_COLUMNS)
+    if isinstance(response_id, int) and not isinstance(response_id, bool):
+        response_id = str(response_id)
+    if not isinstance(response_id, str) or not response_id.strip():
+        raise Reject("human_bad_row", f"response_id {response_id!r:.80} is not an id")
+    number = _whole(sentence_id)
+    if number is None or number < 1:
+        raise Reject("human_bad_row", f"sentence_id {sentence_id!r:.80} is not a whole number >= 1")
+    key = (response_id.strip(), number)
+    if rating in NOT_RATED:
+        return key, None
+    try:
+        value = float(rating) if isinstance(rating, (int, float, str)) and not isinstance(rating, bool) else math.nan
+    except (ValueError, OverflowError):
+        value = math.nan
+    if not 1 <= value <= 5:  # NaN fails too
+        raise Reject("human_bad_rating", f"rating {rating!r:.80} is not a 1-5 score (or empty for N/A)")
+    return key, likert_to_unit(value)
+
+
+def read_human(ctx, path: str, statements: set[tuple[str, int]]) -> dict[tuple[str, int], float | None]:
+    """(response_id, sentence_id) -> human rating on [0, 1] (None: N/A) from the human ratings file.
+    A row that cannot be read, whose rating is off the scale, or that rates a statement another row
+    rates too (each such row: which is meant is unknown) is rejected with its line; a file none of
+    whose rows can be read fails in one line. The file goes to every citeeval_score job (one per
+    evaluation read), so a row of another job's responses is only counted."""
+    found: dict[tuple[str, int], list[tuple[int, float | None]]] = collections.defaultdict(list)
+    problems = []
+    elsewhere = 0
+    for line, row in human_rows(path):
+        try:
+            key, rating = human_rating(row)
+        except Reject as rejected:
+            problems.append((line, rejected.reason, rejected.detail))
+            continue
+        if key in statements:
+            found[key].append((line, rating))
+        else:
+            elsewhere += 1
+    for (response_id, sentence_id), given in found.items():
+        if len(given) > 1:
+            lines = [line for line, _ in given]
+            problems += [(line, "human_duplicate", f"response {response_id!r:.80} sentence {sentence_id} is rated on lines {lines}: none is taken")
+                         for line in lines]
+    human = {key: given[0][1] for key, given in found.items() if len(given) == 1}
+    if not found and not elsewhere:
+        counts = collections.Counter(reason for _, reason, _ in problems)
+        line, _, detail = problems[0]
+        raise StageError(f"human ratings {path}: no row can be read ({dict(counts)}; line {line}: {detail})")
+    for line, reason, detail in sorted(problems):
+        ctx.reject(f"human line {line}", reason, detail)
+    ctx.stats["human_ratings"] = len(human)
+    ctx.stats["human_ratings_of_other_responses"] = elsewhere
+    return human
 
 
 def correlations(xs: list[float], ys: list[float]) -> dict:
@@ -215,7 +327,8 @@ def run(ctx):
     statements: dict[str, list[dict]] = collections.defaultdict(list)
     for s in ctx.read_rows("statements"):
         statements[s["response_id"]].append(s)
-    human = read_human(ctx.input_path("human")) if ctx.has_input("human") else {}
+    known = {(r["id"], s["sentence_id"]) for r in responses for s in statements[r["id"]]}
+    human = read_human(ctx, ctx.input_path("human"), known) if ctx.has_input("human") else {}
     pairs: dict[tuple, tuple[list, list]] = collections.defaultdict(lambda: ([], []))
     by_group: dict[tuple, list[dict]] = collections.defaultdict(list)
     for response in responses:
@@ -295,7 +408,11 @@ STAGE = Stage(
     params={},
     run=run,
     invariant=_one_row_per_response_scenario_mode,
-    rejects={},
+    rejects={
+        "human_bad_row": "a human ratings row that is not an object with response_id, sentence_id (a whole number >= 1) and rating",
+        "human_bad_rating": "a human rating that is not a 1-5 score (nor empty for N/A)",
+        "human_duplicate": "a statement rated on more than one row of the human ratings: none of them is taken",
+    },
 )
 
 if __name__ == "__main__":

@@ -4,17 +4,23 @@ from the ELI5 dataset").
 On real runs `path` is a Hub dataset id read by `datasets.load_dataset(path, name, split=...)`.
 Offline (the demo) `path` is `json` and the JSONL files arrive as the `data_files` input; the stage
 reads them line by line itself, so one broken line is one reject, not a failed load of the whole
-file (other builders, csv or parquet, still go through `datasets`). `fields` maps the dataset's
-columns (dotted paths reach into nested columns, e.g. `answers.text`) onto the `m2rag_queries`
-columns id, question, body, subreddit, answers; a field no row has is a config error.
+file (other builders, csv or parquet, still go through `datasets`; the csv builder reads every
+mapped column as text, so an id `007` stays `007` and one empty cell does not turn a column of ids
+into floats, and only an empty cell is null: `NA` or `None` stay text). A file a builder cannot
+parse (a ragged or empty CSV, a broken Parquet file) is one error naming the files. `fields` maps
+the dataset's columns (dotted paths reach into nested columns, e.g. `answers.text`) onto the
+`m2rag_queries` columns id, question, body, subreddit, answers; a field no row has is a config
+error. A string id loses its surrounding whitespace (`"a1 "` is `a1`, so it repeats an `a1` row); an
+integer id is its decimal text (`7` and `"7"` are the same id).
 
 Output: `queries` (m2rag_queries), one shard per `--output queries=...` path, by a stable hash of
-the id. Rejects (a row without a usable id is named `<id_prefix>:#<row number>`): `bad_json` (a
-line that is not JSON or not UTF-8), `bad_record` (a line that is not a JSON object), `wrong_type`
-(a mapped field of the wrong type: an id that is not a string or integer, a question that is not a
-string, answers that are not strings), `missing_id` (no id), `empty_question` (no question text),
-`duplicate_id` (an id seen before; the first row wins). Invariant: rows read (after `limit`) =
-rows written + rejected.
+the id. Rejects (a row without a usable id is named `<id_prefix>:#<row number>`): `bad_json` (a line
+that is not JSON or not UTF-8), `bad_record` (a line that is not a JSON object), `wrong_type` (a
+mapped field of the wrong type: an id that is not a string or integer, a question that is not a
+string, answers that are not strings), `missing_id` (no id), `bad_id` (an id with a character that
+is not printable inside it: a line break, tab, control character), `empty_question` (no question
+text), `duplicate_id` (an id seen before; the first row wins). Invariant: rows read (after `limit`)
+= rows written + rejected.
 
 Params: path, name, split, revision, fields, id_prefix, limit, cache_dir.
 """
@@ -29,7 +35,7 @@ from stages.core.ids import shard_of
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.schema_check import read_json
 
-VERSION = "1"
+VERSION = "2"
 TARGETS = ("id", "question", "body", "subreddit", "answers")
 
 
@@ -75,13 +81,17 @@ def hub_rows(ctx) -> Iterator[dict]:
 
     params = ctx.params
     data_files = ctx.input_paths("data_files") or None
+    as_text = {"converters": {f.split(".")[0]: str for f in params["fields"].values()}, "keep_default_na": False,
+               "na_values": [""]} if params["path"] == "csv" else {}
     try:
         dataset = datasets.load_dataset(
             params["path"], params["name"], split=params["split"], data_files=data_files,
-            revision=params["revision"], cache_dir=params["cache_dir"],
+            revision=params["revision"], cache_dir=params["cache_dir"], **as_text,
         )
-    except (OSError, ValueError, datasets.exceptions.DatasetNotFoundError) as err:  # OSError: a file, or the Hub not reached
-        raise StageError(f"cannot load dataset {params['path']!r} (split {params['split']!r}, files {data_files}): {err}") from None
+    except (OSError, ValueError, datasets.exceptions.DatasetNotFoundError, datasets.exceptions.DatasetGenerationError) as err:
+        # OSError: a file, or the Hub not reached; DatasetGenerationError: a builder could not parse a file (its cause says why)
+        cause = err.__cause__ if isinstance(err, datasets.exceptions.DatasetGenerationError) and err.__cause__ else err
+        raise StageError(f"cannot load dataset {params['path']!r} (split {params['split']!r}, files {data_files}): {cause}") from None
     check_fields(ctx.params["fields"], set(dataset.column_names))
     return iter(dataset)
 
@@ -108,16 +118,19 @@ def run(ctx):
     for number, row in enumerate(tqdm(rows, desc="queries", unit="row")):
         raw_id = lookup(row, fields["id"]) if isinstance(row, dict) else None
         wrong_id = raw_id is not None and (isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)))
-        usable = not wrong_id and raw_id is not None and str(raw_id).strip()
-        query_id = f"{ctx.params['id_prefix']}:{raw_id if usable else f'#{number}'}"
+        key = "" if wrong_id or raw_id is None else str(raw_id).strip()
+        usable = bool(key) and key.isprintable()
+        query_id = f"{ctx.params['id_prefix']}:{key if usable else f'#{number}'}"
         with ctx.item(query_id):
             if isinstance(row, Reject):
                 raise row
             columns.update(row)
             if wrong_id:
                 raise Reject("wrong_type", f"field {fields['id']!r} is a {type(raw_id).__name__}: {str(raw_id)[:80]!r}")
-            if not usable:
+            if not key:
                 raise Reject("missing_id", f"field {fields['id']!r} is empty in row {number}")
+            if not usable:
+                raise Reject("bad_id", f"field {fields['id']!r} has a line break or other unprintable character: {key[:80]!r}")
             question = text_of(row, fields, "question").strip()
             if not question:
                 raise Reject("empty_question", f"field {fields['question']!r} is empty")
@@ -160,6 +173,7 @@ STAGE = Stage(
         "bad_record": "a line that is not a JSON object",
         "wrong_type": "a mapped field of the wrong type (an id neither string nor integer, a non-string question or answer)",
         "missing_id": "the row has no id",
+        "bad_id": "the id has a line break, tab or other unprintable character inside it",
         "empty_question": "the row has no question text",
         "duplicate_id": "an id seen before (the first row is kept)",
     },

@@ -13,12 +13,19 @@ job per shard; retrieve_text merges their top-k.
 Documents are cut into `passage_words`-word passages and indexed (stages.core.text_index: BM25 with
 bm25s by default; `method: dense` embeds with the packaged all-MiniLM-L6-v2 into FAISS). The index
 is built once per corpus + settings + shard under `store/<key>/` (key: a hash of the corpus
-spec, its local files' sizes and times, and the settings) and reused by every later run.
+spec, its local files' sizes and times, the settings and the stage version) and reused by every
+later run.
 
-Output `index` (retrieval_text_index): one row naming the shard's folder. Rejects: `empty_text`
-(a document with no text); kept in the folder and reported again on reuse. A missing text column
-stops the job naming the columns there are; a data file that does not parse stops it naming the
-file. Invariant: documents in = documents indexed + rejected.
+A document's id is `<id_prefix>:<id_column value>`, the value's surrounding whitespace stripped;
+a document without one (no id_column, or a null or blank value) is `<id_prefix>:<shard>-<row>`.
+
+Output `index` (retrieval_text_index): one row naming the shard's folder. Rejects, kept in the
+folder and reported again on reuse: `wrong_type` (an id that is not a string or number, e.g. an
+object or list; a text that is not a string), `duplicate_id` (an id an indexed document of the
+shard already has; the first is kept), `empty_text` (a document with no text). A missing text
+column stops the job naming the columns there are; a data file that does not parse stops it naming
+the file, and so do data files with no rows at all (empty files). Invariant: documents in =
+documents indexed + rejected.
 """
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ import pyarrow.parquet as pq
 from stages.core.stage import Input, Output, Param, Stage, StageError
 from stages.core.text_index import IndexSettings, build_shard, folder_bytes, index_key, iter_passages
 
-VERSION = "1"
+VERSION = "2"
 CORPUS_KEYS = {"path", "name", "split", "revision", "text_column", "id_column", "limit", "id_prefix"}
 
 
@@ -45,11 +52,12 @@ def corpus_spec(ctx) -> dict:
     corpus.setdefault("text_column", "text")
     files = [Path(f) for f in ctx.input_paths("data_files")]
     corpus["files"] = [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    corpus["stage_version"] = VERSION  # its reading rules (ids, rejects) shape the index too
     return corpus
 
 
-def documents(ctx, corpus: dict) -> Iterator[tuple[str, str | None]]:
-    """(doc id, text) of this shard's documents."""
+def documents(ctx, corpus: dict) -> Iterator[tuple[int, object, object]]:
+    """(row number, id column value or None, text column value) of this shard's documents."""
     import datasets
     from datasets.distributed import split_dataset_by_node
 
@@ -61,20 +69,32 @@ def documents(ctx, corpus: dict) -> Iterator[tuple[str, str | None]]:
         )
     except (OSError, ValueError, datasets.exceptions.DatasetNotFoundError) as err:  # OSError: a file, or the Hub not reached
         raise StageError(f"cannot open corpus {corpus['path']!r} (split {corpus['split']!r}): {err}") from None
+    except StopIteration:  # datasets' json builder found no row to infer the columns from
+        raise StageError(f"cannot open corpus {corpus['path']!r} (split {corpus['split']!r}): no rows in data files "
+                         f"{ctx.input_paths('data_files')} (empty files?)") from None
     if p["shards"] > 1:
         stream = split_dataset_by_node(stream, rank=p["shard"], world_size=p["shards"])
     if corpus.get("limit"):
         stream = stream.take(math.ceil(corpus["limit"] / p["shards"]))
-    prefix = corpus.get("id_prefix") or "doc"
     id_column = corpus.get("id_column")
     try:
         for number, row in enumerate(stream):
             if corpus["text_column"] not in row:
                 raise StageError(f"corpus {corpus['path']!r} has no text column {corpus['text_column']!r}; columns: {sorted(row)}")
-            raw_id = row.get(id_column) if id_column else None
-            yield f"{prefix}:{raw_id}" if raw_id not in (None, "") else f"{prefix}:{p['shard']:05d}-{number}", row[corpus["text_column"]]
+            yield number, row.get(id_column) if id_column else None, row[corpus["text_column"]]
     except (ValueError, OSError) as err:  # pyarrow's parse errors are ValueErrors; they do not name the file
         raise StageError(f"corpus {corpus['path']!r}: {unreadable_file(corpus, ctx.input_paths('data_files'))}{err}") from None
+
+
+def document_id(raw_id: object, fallback: str) -> tuple[str, str | None]:
+    """The id column's value as id text (`fallback` for a null or blank one), and why it is unusable
+    (None when it is usable)."""
+    key = raw_id.strip() if isinstance(raw_id, str) else raw_id
+    if key is None or key == "":
+        return fallback, None
+    if isinstance(key, bool) or not isinstance(key, (str, int, float)):
+        return fallback, f"is of type {type(key).__name__}, not a string or number: {str(key)[:80]!r}"
+    return str(key), None
 
 
 def unreadable_file(corpus: dict, files: list[str]) -> str:
@@ -88,6 +108,8 @@ def unreadable_file(corpus: dict, files: list[str]) -> str:
                 pass
         except (ValueError, OSError):
             return f"data file {path}: "
+        except StopIteration:  # an empty file, not the one that failed
+            pass
     return ""
 
 
@@ -111,14 +133,28 @@ def run(ctx) -> None:
     else:
         rejects: list[dict] = []
         counts = {"documents": 0}
+        prefix, text_column = corpus.get("id_prefix") or "doc", corpus["text_column"]
 
         def kept() -> Iterator[tuple[str, str]]:
-            for doc_id, text in documents(ctx, corpus):
+            seen: set[str] = set()
+            for number, raw_id, text in documents(ctx, corpus):
                 counts["documents"] += 1
-                if not isinstance(text, str) or not text.strip():
-                    rejects.append({"id": doc_id, "reason": "empty_text", "detail": f"document {doc_id} has no text in {corpus['text_column']!r}"})
+                key, wrong_id = document_id(raw_id, f"{p['shard']:05d}-{number}")
+                doc_id = f"{prefix}:{key}"
+                if wrong_id:
+                    reason, detail = "wrong_type", f"id column {corpus['id_column']!r} {wrong_id}"
+                elif doc_id in seen:
+                    reason, detail = "duplicate_id", f"document {doc_id} repeats an indexed document's id; the first was kept"
+                elif text is not None and not isinstance(text, str):
+                    reason = "wrong_type"
+                    detail = f"text column {text_column!r} is of type {type(text).__name__}, not a string: {str(text)[:80]!r}"
+                elif not text or not text.strip():
+                    reason, detail = "empty_text", f"document {doc_id} has no text in {text_column!r}"
+                else:
+                    seen.add(doc_id)
+                    yield doc_id, text
                     continue
-                yield doc_id, text
+                rejects.append({"id": doc_id, "reason": reason, "detail": detail})
 
         try:
             meta = build_shard(
@@ -166,7 +202,11 @@ STAGE = Stage(
     },
     run=run,
     invariant=invariant,
-    rejects={"empty_text": "a document with no text"},
+    rejects={
+        "wrong_type": "an id that is not a string or number (an object, a list), or a text that is not a string",
+        "duplicate_id": "an id an indexed document of the shard already has (the first is kept)",
+        "empty_text": "a document with no text",
+    },
 )
 
 if __name__ == "__main__":
