@@ -350,6 +350,19 @@ HOST_WRITER = textwrap.dedent("""
 """)
 
 
+def test_per_host_cache_skips_a_host_file_still_being_created(tmp_path):
+    """Jobs on two hosts start at once: one sees the other's file the moment it exists, before its
+    table does (an empty file). It is read by the next job, not an error for this one."""
+    path = tmp_path / "shared" / "llm.sqlite"
+    path.parent.mkdir()
+    (path.parent / "llm.node-z.sqlite").write_bytes(b"")
+    reader = CallCache(path, per_host=True)
+    try:
+        assert reader.get("anything") is None and not reader._others
+    finally:
+        reader.close()
+
+
 def test_per_host_cache_two_hosts_write_their_own_files_a_reader_sees_both(tmp_path):
     path = tmp_path / "shared" / "llm.sqlite"
     writers = [subprocess.Popen([sys.executable, "-c", HOST_WRITER, str(path), host], cwd=REPO, stdin=subprocess.PIPE,

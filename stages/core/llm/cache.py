@@ -117,11 +117,16 @@ class CallCache:
         for other in sorted(self.path.parent.glob(f"{self.path.stem}.*{self.path.suffix}")):
             if other == self.file or other in self._others:
                 continue
+            con = None
             try:  # opened read-write though only read: a file its host's crash left mid-commit is rolled back on open
                 con = sqlite3.connect(str(other), timeout=60, isolation_level=None, check_same_thread=False)
                 con.execute("pragma busy_timeout = 60000")
                 con.execute("select 1 from calls limit 1")
             except sqlite3.Error as err:
+                if con is not None:
+                    con.close()
+                if "no such table: calls" in str(err):  # its host is creating it this moment: the next job reads it
+                    continue
                 raise self._error(err, other) from None
             self._others[other] = con
 
