@@ -12,7 +12,12 @@ over the seven action types: KEEP (an original citation left as it is), DELETE f
 """
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
+
+from stages.core.review import read_csv
+from stages.core.stage import StageError
 
 # Action types in a fixed order: the columns of the fit and the keys of the coefficients.
 ACTIONS = ("keep", "delete_misleading", "delete_substandard", "delete_redundant",
@@ -65,3 +70,32 @@ def has_text(answer) -> bool:
 def likert_to_unit(rating: int | float) -> float:
     """A 1-5 Likert rating on [0, 1]: (r - 1) / 4, so 1 -> 0, 3 -> 0.5, 5 -> 1 (linear, the ends kept)."""
     return (rating - 1) / 4
+
+
+def read_ratings_file(path: str, what: str, columns: tuple[str, ...]) -> list[tuple[int, object]]:
+    """(line, row) of a ratings file a person gives: a CSV through the shared sheet reader
+    (stages/core/review.py), whose header must hold `columns` (an empty file has no row), or JSON
+    lines (.jsonl, .json), a row being the line's JSON value or the ValueError of a line that does
+    not parse (one bad line is one reject). UTF-8, a byte-order mark allowed; a file that cannot
+    be read fails in one line naming it as `what`."""
+    if not path.endswith((".jsonl", ".json")):
+        try:
+            header, rows = read_csv(path)
+        except StageError as err:
+            raise StageError(f"{what}: {err}") from None
+        absent = [c for c in columns if c not in header]
+        if header and absent:
+            raise StageError(f"{what} {path}: lacks the columns {absent} (has {header})")
+        return list(enumerate(rows, start=2))
+    try:
+        lines = Path(path).read_text(encoding="utf-8-sig").split("\n")
+    except (OSError, UnicodeDecodeError) as err:
+        raise StageError(f"{what} {path}: cannot read: {err}") from None
+    return [(n, _json_line(line)) for n, line in enumerate(lines, start=1) if line.strip()]
+
+
+def _json_line(line: str):
+    try:
+        return json.loads(line)
+    except ValueError as err:  # not JSON, or an integer past Python's digit limit
+        return err

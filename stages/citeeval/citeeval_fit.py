@@ -27,12 +27,10 @@ from __future__ import annotations
 import collections
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 
-from stages.citeeval.citeeval import ACTIONS, likert_to_unit
-from stages.core.review import read_csv
+from stages.citeeval.citeeval import ACTIONS, likert_to_unit, read_ratings_file
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
@@ -41,31 +39,8 @@ SCALES = {"likert5": (1, 5), "unit": (0, 1)}  # the ratings each rating_scale ta
 
 
 def read_rows(path: str) -> list:
-    """The file's rows: from a CSV (the shared sheet reader, stages/core/review.py) dicts, after
-    checking that the header has `rating` and every action column; from JSON lines each line's
-    value, or the ValueError of a line that does not parse (one bad line is one reject). UTF-8, a
-    byte-order mark allowed; a file that cannot be read fails in one line."""
-    if not path.endswith((".jsonl", ".json")):
-        try:
-            header, rows = read_csv(path)
-        except StageError as err:
-            raise StageError(f"ratings: {err}") from None
-        absent = [c for c in (*ACTIONS, "rating") if c not in header]
-        if absent:
-            raise StageError(f"ratings {path}: lacks the columns {absent} (has {header})")
-        return rows
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as err:
-        raise StageError(f"ratings {path}: cannot read: {err}") from None
-    return [_json_line(line) for line in text.split("\n") if line.strip()]
-
-
-def _json_line(line: str):
-    try:
-        return json.loads(line)
-    except ValueError as err:  # not JSON, or an integer past Python's digit limit
-        return err
+    """The file's rows (`read_ratings_file`; a CSV must have `rating` and every action column)."""
+    return [row for _, row in read_ratings_file(path, "ratings", (*ACTIONS, "rating"))]
 
 
 def _number(value, what: str) -> float:

@@ -77,15 +77,12 @@ input may hold several (a CiteEval file's systems; an evaluation's configuration
 from __future__ import annotations
 
 import collections
-import json
 import math
-from pathlib import Path
 from statistics import mean
 
 from scipy.stats import kendalltau, pearsonr, spearmanr
 
-from stages.citeeval.citeeval import STATUSES, likert_to_unit
-from stages.core.review import read_csv
+from stages.citeeval.citeeval import STATUSES, likert_to_unit, read_ratings_file
 from stages.core.stage import Input, Output, Reject, Stage, StageError
 
 VERSION = "3"  # 3: bad, unknown and repeated human ratings are rejects, not errors or silently taken
@@ -185,35 +182,11 @@ NOT_RATED = (None, "", "null", "N/A")  # a rating left empty: the statement is N
 
 
 def human_rows(path: str) -> list[tuple[int, object]]:
-    """(line, row) of a human ratings file: JSON lines (a row is any JSON value, or the problem
-    of a line that is not JSON), or a CSV through the shared sheet reader (stages/core/review.py),
-    which must have the three columns. UTF-8, a byte-order mark allowed; a file that cannot be
-    read, or has no row, fails in one line."""
-    if path.endswith((".jsonl", ".json")):
-        try:
-            lines = Path(path).read_text(encoding="utf-8-sig").split("\n")
-        except (OSError, UnicodeDecodeError) as err:
-            raise StageError(f"human ratings {path}: cannot read: {err}") from None
-        rows = [(n, _json_line(line)) for n, line in enumerate(lines, start=1) if line.strip()]
-    else:
-        try:
-            header, raw = read_csv(path)
-        except StageError as err:
-            raise StageError(f"human ratings: {err}") from None
-        absent = [c for c in HUMAN_COLUMNS if c not in header]
-        if header and absent:
-            raise StageError(f"human ratings {path}: lacks the columns {absent} (has {header})")
-        rows = list(enumerate(raw, start=2))
+    """(line, row) of a human ratings file (`read_ratings_file`); one without a row fails in one line."""
+    rows = read_ratings_file(path, "human ratings", HUMAN_COLUMNS)
     if not rows:
         raise StageError(f"human ratings {path}: no rating rows")
     return rows
-
-
-def _json_line(line: str):
-    try:
-        return json.loads(line)
-    except ValueError as err:
-        return Reject("human_bad_row", f"not JSON: {err}")
 
 
 def _whole(value) -> int | None:
@@ -231,8 +204,8 @@ def _whole(value) -> int | None:
 def human_rating(row) -> tuple[tuple[str, int], float | None]:
     """((response_id, sentence_id), rating on [0, 1] or None for N/A) of one row; Reject naming
     the field otherwise."""
-    if isinstance(row, Reject):
-        raise row
+    if isinstance(row, ValueError):
+        raise Reject("human_bad_row", f"not JSON: {row}")
     if not isinstance(row, dict):
         raise Reject("human_bad_row", f"a JSON {type(row).__name__}, not an object")
     absent = [c for c in HUMAN_COLUMNS if c not in row]
