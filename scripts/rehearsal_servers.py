@@ -20,6 +20,8 @@ What a stand-in does, as the real server would where it matters to the pipeline:
 - A hosted endpoint (its roles name an api_key_env) wants `Authorization: Bearer
   rehearsal-<that variable's name>` (the map's `env` says what to export), else HTTP 401: a role
   that sends another endpoint's key is caught. A local server takes any key, as `vllm serve`.
+- A hosted endpoint refuses, with HTTP 400, a `response_format` its API does not take: JSON mode
+  (`json_object`) with any key besides its type, or without the word "json" in the messages.
 - Image parts are accepted by a vision model and refused with HTTP 400 by a text-only one (a model
   is a vision model when its name says so: VISION below, or --vision / --text-only).
 - The answer is deterministic (seeded by a hash of the request body) and valid for its prompt. The
@@ -508,7 +510,7 @@ class StandIns:
         prompt = self.prompts.identify(text)
         if path.rstrip("/") != f"{endpoint.path}/chat/completions":
             return 404, error(endpoint.flavour, 404, f"no route {path}", "NotFoundError", "not_found")
-        refused = self._refusal(endpoint, authorization, model, images)
+        refused = self._refusal(endpoint, authorization, model, images) or self._format_refusal(endpoint, body, text)
         if refused:
             self._count(endpoint.url, "refused", model, f"{refused[0]} {prompt or '(unrecognised)'}")
             return refused
@@ -528,6 +530,21 @@ class StandIns:
             return 400, error(flavour, 400, f"{model} is not a multimodal model: image_url content is not supported.",
                               "invalid_request_error" if hosted else "BadRequestError", "invalid_value")
         return None
+
+    @staticmethod
+    def _format_refusal(endpoint: Endpoint, body: dict, text: str) -> tuple[int, dict] | None:
+        """A hosted API's JSON mode takes its type alone, and messages that ask for JSON."""
+        fmt = body.get("response_format")
+        if not endpoint.hosted or not isinstance(fmt, dict) or fmt.get("type") != "json_object":
+            return None
+        if set(fmt) != {"type"}:
+            extra = ", ".join(repr(k) for k in sorted(set(fmt) - {"type"}))
+            message = f"Invalid value for 'response_format': additional properties are not allowed ({extra} unexpected)."
+        elif "json" not in text.lower():
+            message = "'messages' must contain the word 'json' in some form, to use 'response_format' of type 'json_object'."
+        else:
+            return None
+        return 400, error(endpoint.flavour, 400, message, "invalid_request_error", "invalid_value")
 
     def _completion(self, model: str, body: dict, text: str, images: int, prompt: str | None) -> dict:
         """A chat completion for the request: its prompt's answer, a thinking block first where the

@@ -76,7 +76,7 @@ def prompts(tmp_path):
 
 def client(url, tmp_path, prompts=None, stats=None, **openai):
     settings = {"backend": "openai", "model": "smollm2", "cache": {"path": str(tmp_path / "cache.sqlite")},
-                "openai": {"base_url": url, "response_format": "json_object", "max_in_flight": 4, **openai}}
+                "openai": {"base_url": url, "response_format": "json_object_schema", "max_in_flight": 4, **openai}}
     c = LLMClient.from_params(settings, stats=stats if stats is not None else collections.Counter())
     if prompts is not None:
         c.prompts = prompts

@@ -149,6 +149,16 @@ def test_json_answers_usage_counts_and_determinism(stand_ins, keys, tmp_path):
     url = role(stand_ins, "m2rag.score_elements.llm").stand_in
     assert stand_ins.counts[url]["models"]["deepseek-chat"]["m2rag_score_text"] >= 2
 
+    # DeepSeek's JSON mode takes {"type": "json_object"} alone, and messages that ask for JSON
+    body = {"model": "deepseek-chat", "max_tokens": 50, "messages": [{"role": "user", "content": "Give a JSON object."}]}
+    headers = {"Authorization": "Bearer rehearsal-DEEPSEEK_API_KEY"}
+    with_schema = requests.post(f"{url}/chat/completions", headers=headers, timeout=10,
+                                json={**body, "response_format": {"type": "json_object", "schema": {"type": "object"}}})
+    assert with_schema.status_code == 400 and "'schema' unexpected" in with_schema.json()["error"]["message"]
+    unasked = requests.post(f"{url}/chat/completions", headers=headers, timeout=10,
+                            json={**body, "messages": [{"role": "user", "content": "Say hi."}], "response_format": {"type": "json_object"}})
+    assert unasked.status_code == 400 and "the word 'json'" in unasked.json()["error"]["message"]
+
     cut = LLMRequest("p2", "m2rag_score_text", request.variables, sampling={"max_tokens": 3})
     with client(stand_ins, "m2rag.score_elements.llm", tmp_path) as deepseek:
         [short] = deepseek.run([cut])

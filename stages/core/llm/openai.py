@@ -9,8 +9,10 @@ into the JSON body, and part of the cache key: it changes answers, e.g. vLLM's
 before the last user message's text, or in place where the text marks their slots (IMAGE_SLOT);
 the vllm backend sends the same messages. A json prompt's schema goes whole (`response_format:
 json_schema`, which `vllm serve` enforces while decoding), or in the subset OpenAI's API takes
-(`openai_strict`: no length, range or size limits, every property required), or not at all; the
-answer is checked against the whole schema in every case.
+(`openai_strict`: no length, range or size limits, every property required), inside JSON mode
+(`json_object_schema`, llama_cpp.server's extension), or not at all (`json_object`: the JSON mode
+of OpenAI's and DeepSeek's APIs, which take no other key there; the prompt describes the shape;
+`none`); the answer is checked against the whole schema in every case.
 
 Every answer is untrusted input: a body over the cap that `max_answer_chars` sets, a body that is
 not a chat completion, or a field of the wrong type (content that is neither text nor a list of
@@ -230,7 +232,9 @@ class OpenAIBackend:
         if call.kind == "json" and self.response_format in ("json_schema", "openai_strict"):
             schema = call.schema if self.response_format == "json_schema" else openai_strict_schema(call.schema)
             body["response_format"] = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}}
-        elif call.kind == "json" and self.response_format == "json_object":
+        elif call.kind == "json" and self.response_format == "json_object":  # OpenAI's and DeepSeek's JSON mode: no other key
+            body["response_format"] = {"type": "json_object"}
+        elif call.kind == "json" and self.response_format == "json_object_schema":  # llama_cpp.server's extension
             body["response_format"] = {"type": "json_object", "schema": call.schema}
         if call.kind == "yesno" and self.logprobs:
             body["logprobs"] = True
