@@ -42,13 +42,13 @@ def by_rule(request):
         extra = " It is a common problem." if model == "model-b" else ""
         return _reply(f"The leaves lack nitrogen [1].{extra} Water at the base [2][9].")
     if "Fact:" in text:
-        return _reply(json.dumps({"label": "partially addressed"}))
+        return _reply(json.dumps({"label": "Partially addressed"}))
     statement = text.rsplit("Statement:", 1)[1].split("\n")[0]
     if "Documents:" in text:
-        return _reply(json.dumps({"label": "fully supported" if "nitrogen" in statement else "not supported"}))
+        return _reply(json.dumps({"label": "fully support" if "nitrogen" in statement else "not support"}))
     if "common problem" in statement:
         return _reply("no label")  # a failed judge call: missing in strict scoring
-    return _reply(json.dumps({"label": "fully relevant"}))
+    return _reply(json.dumps({"label": "Fully relevant"}))
 
 
 def _config(workdir, release, url):

@@ -34,17 +34,17 @@ def judge_by_rule(request):
     has_image = not isinstance(content, str) and any(p.get("type") == "image_url" for p in content)
     if "Fact:" in text:  # Table 13
         fact = text.rsplit("Fact:", 1)[1].split("\n")[0]
-        return _reply(json.dumps({"label": "fully addressed" if "Nitrogen" in fact else "partially addressed"}))
+        return _reply(json.dumps({"label": "Fully addressed" if "Nitrogen" in fact else "Partially addressed"}))
     statement = text.rsplit("Statement:", 1)[1].split("\n")[0]
     if "Documents:" not in text:  # Table 14
-        label = "not relevant" if "lovely" in statement else "partially relevant" if "Water" in statement else "fully relevant"
+        label = "Not relevant" if "lovely" in statement else "Partially relevant" if "Water" in statement else "Fully relevant"
         return _reply(json.dumps({"label": label}))
     documents = text.split("Documents:", 1)[1].count("\n[")  # Table 12
     if "deficiency" in statement:
         if has_image and documents == 1:
             return _reply("I cannot tell")  # invalid: the judge call for document 3 alone fails
-        return _reply(json.dumps({"label": "partially supported" if documents == 2 else "fully supported"}))
-    return _reply(json.dumps({"label": "fully supported" if "nitrogen" in statement else "partially supported"}))
+        return _reply(json.dumps({"label": "partially support" if documents == 2 else "fully support"}))
+    return _reply(json.dumps({"label": "fully support" if "nitrogen" in statement else "partially support"}))
 
 
 LONG_GOLD = "Nitrogen deficiency yellows the lower leaves first. " * 11  # 572 characters: over groundedness.py's 500

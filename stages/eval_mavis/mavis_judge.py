@@ -139,7 +139,7 @@ def run(ctx):
                 nothing = not by_set["strict"] if scoring == "strict" else failed_generation or not reference
                 for fact in facts.get(response["instance_id"], []):  # Table 13
                     if nothing:  # nothing written (or a failed generation): every fact is not addressed, without a call
-                        uncalled.append({**key, "fact_id": fact["fact_id"], "label": "not addressed", "score": 0.0, "ok": True,
+                        uncalled.append({**key, "fact_id": fact["fact_id"], "label": "Not addressed", "score": 0.0, "ok": True,
                                          "error": None, "raw": FAILED if failed_generation else EMPTY})
                     else:
                         ask({**key, "fact_id": fact["fact_id"]}, LLMRequest(id=fact["fact_id"], prompt=PROMPTS["completeness"],
