@@ -180,7 +180,7 @@ STAGE = Stage(
         "temperature": Param(float, 0.7, "sampling temperature (App. C.1)", min=0),
         "top_p": Param(float, 0.95, "nucleus sampling top-p (App. C.1)", above=0, max=1),
         "max_tokens": Param(int, 2048, "answer length budget in tokens (App. C.1: 2048; 0 = the prompt's default)", min=0),
-        "extract_max_tokens": Param(int, 512, "budget of one Table 18 extraction (0 = the prompt's default)", min=0),
+        "extract_max_tokens": Param(int, 2048, "budget of one Table 18 extraction (App. C.1: 2048 for every response; 0 = the prompt's default)", min=0),
         "max_image_side": Param(int, 512, "longer side of images sent to the model, in pixels (App. C.1)", min=32),
     },
     run=run,

@@ -121,7 +121,7 @@ STAGE = Stage(
         "n_queries": Param(int, 1, "N, search queries per question (§5.3: N = 1)", min=1),
         "limit": Param(int, 0, "evaluate only the first N instances by id of each asked split (0 = all)", min=0),
         "max_image_side": Param(int, 512, "longer side of images sent to the model, in pixels (App. C.1)", min=32),
-        "max_tokens": Param(int, 128, "answer length budget in tokens (0 = the prompt's default)", min=0),
+        "max_tokens": Param(int, 2048, "answer length budget in tokens (App. C.1: 2048 for every response; 0 = the prompt's default)", min=0),
     },
     run=run,
     invariant=_invariant,
