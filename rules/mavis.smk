@@ -3,8 +3,9 @@
 # entailment (App. A.3) and the annotation sample (Step 3) -> release. Post images: rules/images.smk.
 if W.enabled("mavis"):
     HARVEST = "harvest_pushshift" if W.get("mavis.source", "pushshift") == "pushshift" else "harvest_reddit_live"
-    _post_images = W.every("phash_dedup", "images") if W.enabled("images") else None
-    _shard_images = W.out("phash_dedup", "images") if W.enabled("images") else None
+    POST_IMAGES = "phash_dedup" if W.get("images.filters", False) else "cache_images"  # rules/images.smk
+    _post_images = W.every(POST_IMAGES, "images") if W.enabled("images") else None
+    _shard_images = W.out(POST_IMAGES, "images") if W.enabled("images") else None
 
     if HARVEST == "harvest_pushshift":
         W.step("harvest_pushshift", family="mavis", inputs={"dumps": W.get("mavis.harvest_pushshift.files", [])},

@@ -121,3 +121,17 @@ def test_table10_prompt_edit_reruns_exactly_extract_atomic_facts_and_descendants
     prompt = workflow_copy / "prompts/mavis_entail_image.md"
     prompt.write_text(prompt.read_text().replace("Determine whether", "Decide whether"))
     assert _planned_for(workflow_copy, MAVIS_RELEASE, MAVIS_SAMPLE) == {"filter_entailment_image", *DOWNSTREAM_OF_ENTAILMENT}
+
+
+def test_post_images_are_only_cached_unless_images_filters_is_on(workflow_copy):
+    """MAVIS §3.2 keeps every post with an image: with images.filters off (the default) the judges
+    and the release read cache_images' rows; the demo turns M2RAG's filters on (see above)."""
+    config = yaml.safe_load(_only_mavis(workflow_copy).read_text())
+    config["images"]["filters"] = False
+    path = workflow_copy / "no_filters.yaml"
+    path.write_text(yaml.safe_dump(config))
+    planned = run_snakemake(workflow_copy, "release", "--configfile", str(path), "--dry-run").stdout
+    jobs = _jobs(planned)
+    assert "cache_images" in jobs and "filter_images" not in jobs and "phash_dedup" not in jobs
+    judge = planned.split("rule filter_visual_dependency:", 1)[1].split("\n\n", 1)[0]
+    assert "mavis/cache_images/images_cached." in judge and "images_deduped" not in judge

@@ -10,10 +10,11 @@ Sentences come from blingfire's bundled sentence model (offline; the seed uses N
 (prompts/mavis_atomic_facts.md) runs once per sentence, Table 10 (prompts/mavis_fact_filter.md)
 once per fact (`max_sentences`, a demo knob, 0 = all as in the seed, caps the sentences per
 answer). Table 10 shows the question with its image: a backend that takes images gets the
-post's first kept image (input `images`, images_deduped) and the row's `mode` is `image`; a
-text-only backend (the embedded model) gets the post title as a text stand-in, `mode` `title`.
+post's first kept image (input `images`) and the row's `mode` is `image`; a text-only backend
+(the embedded model) gets the post title as a text stand-in, `mode` `title`.
 
-Input `instances` (reddit_instances), optional `images` (images_deduped, owner = post id).
+Input `instances` (reddit_instances), optional `images` (images_cached, or images_deduped when
+images.filters is on; owner = post id).
 Output `facts` (mavis_facts): the kept facts, id `<instance id>#<sentence>.<fact>`.
 Rejects, by item:
 - a sentence (`<instance id>#<sentence>`): invalid_extraction (the Table 9 answer failed its
@@ -124,8 +125,8 @@ STAGE = Stage(
     doc=__doc__,
     inputs={
         "instances": Input("reddit_instances shards: the (question, answer) pairs", many=True, table="reddit_instances"),
-        "images": Input("images_deduped shards of the posts (shown to a backend that takes images)", many=True, optional=True,
-                        table="images_deduped"),
+        "images": Input("the posts' images (images_cached shards, or the optional filters' output) (shown to a backend that takes images)", many=True, optional=True,
+                        table="images_cached"),
     },
     outputs={"facts": Output("mavis_facts", "kept atomic facts: relevant to the question and verifiable")},
     params={

@@ -7,13 +7,14 @@ A judge ("evaluator") sees the image, the question, the gold answer and each res
 whether the response is right (Table 8, prompts/mavis_judge_visual.md, asked as yes/no and scored
 as P(yes)). An instance is dropped when more than `max_right` (the seed: 0, i.e. any) of the
 models are judged right. A judge that takes images gets the post's first kept image (input
-`images`, images_deduped); a text-only judge gets the post title as a text stand-in, recorded per
-verdict as `mode`. All the answerers' calls are in flight together and each response goes to the
+`images`); a text-only judge gets the post title as a text stand-in, recorded per verdict as
+`mode`. All the answerers' calls are in flight together and each response goes to the
 judge as it arrives, so every model's server is busy at once. Responses and verdicts are their own
 tables: the decision (`max_right`, `right_threshold`) is applied over them, and changing it re-runs
 the stage on cached calls only.
 
-Input `instances` (reddit_instances), optional `images` (images_deduped, owner = post id).
+Input `instances` (reddit_instances), optional `images` (images_cached, or images_deduped when
+images.filters is on; owner = post id).
 Outputs `instances` (the kept instances, same schema), `responses` (mavis_blind_responses),
 `verdicts` (mavis_visual_verdicts).
 `limit` (a demo knob, 0 = all as in the seed) checks only the first N instances by id.
@@ -110,8 +111,8 @@ STAGE = Stage(
     doc=__doc__,
     inputs={
         "instances": Input("reddit_instances shards: the (question, answer) pairs", many=True, table="reddit_instances"),
-        "images": Input("images_deduped shards of the posts (shown to a judge that takes images)", many=True, optional=True,
-                        table="images_deduped"),
+        "images": Input("the posts' images (images_cached shards, or the optional filters' output) (shown to a judge that takes images)", many=True, optional=True,
+                        table="images_cached"),
     },
     outputs={
         "instances": Output("reddit_instances", "the instances that need their image"),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 
 def first_image_by_owner(rows: list[dict]) -> dict[str, str]:
-    """owner id -> sha256 of its lowest-position image, from images_deduped rows."""
+    """owner id -> sha256 of its lowest-position image, from images_cached (or images_deduped) rows."""
     best: dict[str, tuple[int, str]] = {}
     for row in rows:
         if row["owner_id"] not in best or row["position"] < best[row["owner_id"]][0]:

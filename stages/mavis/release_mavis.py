@@ -288,7 +288,8 @@ STAGE = Stage(
         "documents": Input("mavis_documents shards: the retrieved documents", many=True, optional=True, table="mavis_documents"),
         "judged": Input("mavis_judged_documents: scored pairs with the entailment decision", many=True, optional=True,
                         table="mavis_judged_documents"),
-        "question_images": Input("images_deduped of the posts (owner = post)", many=True, optional=True, table="images_deduped"),
+        "question_images": Input("the posts' images (images_cached, or the optional filters' output; owner = post)", many=True,
+                                 optional=True, table="images_cached"),
         "document_images": Input("the fact images as filter_entailment_image read them (images_cached, or the optional "
                                  "filters' output; owner = fact)", many=True, optional=True, table="images_cached"),
         "annotations": Input("filled-in annotation sheet of sample_annotation (CSV)", optional=True, kind="file"),
