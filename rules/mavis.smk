@@ -7,8 +7,24 @@ if W.enabled("mavis"):
     _post_images = W.every(POST_IMAGES, "images") if W.enabled("images") else None
     _shard_images = W.out(POST_IMAGES, "images") if W.enabled("images") else None
 
+    def _pushshift_dumps() -> list[str]:
+        """`files`, then, for `subreddit_dumps`, the submissions and comments dump of every subreddit
+        in domains, found in that folder whatever the case of its name (a missing one is named as
+        expected, so Snakemake reports it)."""
+        section = W.get("mavis.harvest_pushshift", {})
+        dumps, folder = list(section.get("files") or []), section.get("subreddit_dumps")
+        if folder:
+            present = {p.name.lower(): p.name for p in (Path(folder).iterdir() if Path(folder).is_dir() else [])}
+            for sub in dict.fromkeys(s for subs in section["domains"].values() for s in subs):
+                for kind in ("submissions", "comments"):
+                    expected = f"{sub}_{kind}.zst"
+                    dumps.append(str(Path(folder, present.get(expected.lower(), expected))))
+        if not dumps:
+            raise WiringError("mavis.harvest_pushshift: name the dumps to read: files (a list) or subreddit_dumps (a folder)")
+        return dumps
+
     if HARVEST == "harvest_pushshift":
-        W.step("harvest_pushshift", family="mavis", inputs={"dumps": W.get("mavis.harvest_pushshift.files", [])},
+        W.step("harvest_pushshift", family="mavis", inputs={"dumps": _pushshift_dumps()},
                threads=2)  # posts here, comments in a reader process (stages/core/forked.py)
     else:  # the same posts from the Reddit API; the Table 11 mapping is harvest_pushshift's
         _live = W.get("mavis.harvest_reddit_live", {})

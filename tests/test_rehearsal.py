@@ -35,7 +35,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 RECIPE, OVERLAY = "config/recipe_real.yaml", "config/rehearsal.yaml"
 # what a rehearsal may change besides the endpoints: where the sources are (CPU keys are marked in the file)
-SOURCE_KEYS = {"fetch.mode", "fetch.replay_warcs", "mavis.harvest_pushshift.files", "m2rag.harvest_hub_dataset.path",
+SOURCE_KEYS = {"fetch.mode", "fetch.replay_warcs", "mavis.harvest_pushshift.files", "mavis.harvest_pushshift.subreddit_dumps", "m2rag.harvest_hub_dataset.path",
                "m2rag.harvest_hub_dataset.data_files", "mcitebench.harvest_openreview.mode", "mcitebench.harvest_openreview.warc",
                "retrieval.build_text_index.corpus.path", "retrieval.build_text_index.corpus.name",
                "retrieval.build_text_index.corpus.data_files", "retrieval.build_text_index.corpus.id_prefix", "attribution.items"}

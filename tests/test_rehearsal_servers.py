@@ -125,11 +125,11 @@ def test_one_stand_in_per_endpoint_of_the_real_recipe(stand_ins):
     served = {s["recipe"]: s for s in stand_ins.endpoint_map()["stand_ins"]}
     endpoints = {"https://api.openai.com/v1", "https://api.deepseek.com/v1", "http://localhost:8010/v1"} | {f"http://localhost:800{i}/v1" for i in range(1, 7)}
     assert endpoints <= set(served)
-    assert set(served) - endpoints == {f"vllm:{m}" for m in ("openbmb/MiniCPM-V-2_6", "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct",
+    assert set(served) - endpoints == {f"vllm:{m}" for m in ("openbmb/MiniCPM-V-2_6", "Qwen/Qwen2.5-7B-Instruct",
                                                              "Qwen/Qwen2-VL-7B-Instruct", "models/Qwen2.5-VL-7B-Instruct")}
     assert served["https://api.deepseek.com/v1"]["models"] == ["deepseek-chat"]
     assert served["https://api.deepseek.com/v1"]["key_envs"] == ["DEEPSEEK_API_KEY"] and served["http://localhost:8005/v1"]["key_envs"] == []
-    assert {"gpt-4o-2024-08-06", "gpt-4.1"} <= set(served["https://api.openai.com/v1"]["models"])
+    assert {"gpt-4o-2024-08-06", "gpt-4o-2024-11-20", "gpt-4.1"} <= set(served["https://api.openai.com/v1"]["models"])
     assert served["https://api.openai.com/v1"]["flavour"] == "openai" and served["http://localhost:8001/v1"]["flavour"] == "vllm"
     roles = {r["path"]: r for r in stand_ins.endpoint_map()["roles"]}
     assert roles["m2rag.score_elements.llm"]["stand_in"] == served["https://api.deepseek.com/v1"]["url"]

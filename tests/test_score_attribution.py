@@ -38,13 +38,13 @@ def _score(tmp_path, *params):
 
 
 def test_scores_and_report(tmp_path):
-    _, score, report = _score(tmp_path)
+    _, score, report = _score(tmp_path, "--param", "bertscore_model=")  # KEY= is the empty string
     assert (score["text_f1"], score["text_em"], score["image_acc"], score["joint_em"]) == (100.0, 100.0, 100.0, 100.0)
     assert score["silver"] == 0 and 0 < score["rouge1"] < 1
     # beside each number its coverage: 2 of 2 sentences with a reference, ROUGE over the 1 generation with a reference summary
     assert ("| m | img_raw | attention | 2 | 0 | 100.00 (2/2) | 100.00 (2/2) | 100.00 (2/2) | 100.00 (2/2) | "
             f"{score['rouge1']:.3f} (1/1) |") in report
-    # BERTScore off by default: n/a over none of the 1 generation, with the reason
+    # BERTScore turned off: n/a over none of the 1 generation, with the reason
     assert score["bertscore_f1"] is None and report.rstrip().endswith("| n/a (0/1) |")
     assert "BERTScore: n/a: no local model folder given (score_attribution.bertscore_model)." in report
 
@@ -97,3 +97,6 @@ def test_bertscore_with_a_local_model_folder(tmp_path):
 def test_bertscore_folder_must_exist(tmp_path):
     with pytest.raises(AssertionError, match="not a local model folder"):
         _score(tmp_path, "--param", f"bertscore_model={tmp_path / 'nowhere'}")
+    # the default is the seed's metric with bert-score's English model, read from models/roberta-large
+    with pytest.raises(AssertionError, match=r"bertscore_model models/roberta-large: not a local model folder .*roberta-large's files"):
+        _score(tmp_path)

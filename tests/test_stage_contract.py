@@ -124,6 +124,7 @@ CASES = {
     "mavis_retrieval_quality": Case(lambda env: {"retrievers": ["minilm"], "ndcg_k": 3, "recall_k": 4, "device": "cpu"},
                                     files=lambda env: {"release": env.release}),
     "mavis_retrieve": Case(lambda env: {"settings": ["text"], "top_k": 2, "device": "cpu"}, files=lambda env: {"release": env.release}),
+    "score_attribution": Case(lambda env: {"bertscore_model": ""}),
     "mavis_score": Case(lambda env: {"mauve_featurizer": "sentence-encoder", "mauve_device": "cpu"}),
     "mavis_validate_judge": Case(files=lambda env: {"release": env.release, "labels": env.judge_labels}),
     "mcitebench_attention": Case(lambda env: {"model": str(env.tiny_vlm), "model_name": "tiny", "max_new_tokens": 3, "device": "cpu",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -135,3 +136,29 @@ def test_post_images_are_only_cached_unless_images_filters_is_on(workflow_copy):
     assert "cache_images" in jobs and "filter_images" not in jobs and "phash_dedup" not in jobs
     judge = planned.split("rule filter_visual_dependency:", 1)[1].split("\n\n", 1)[0]
     assert "mavis/cache_images/images_cached." in judge and "images_deduped" not in judge
+
+
+def test_subreddit_dumps_reads_the_pair_of_every_configured_subreddit(workflow_copy):
+    """mavis.harvest_pushshift.subreddit_dumps (the recipe's: the per-subreddit 2005-06 to 2023-12
+    dumps): each subreddit of domains gets its submissions and comments file from the folder, names
+    matched without regard to case; a missing one stops the run naming the file and the config key."""
+    config = yaml.safe_load(_only_mavis(workflow_copy).read_text())
+    subreddits = sorted({s for subs in config["mavis"]["harvest_pushshift"]["domains"].values() for s in subs})
+    folder = workflow_copy / "subreddits"
+    folder.mkdir()
+    files = {f"{sub.lower() if i % 2 else sub}_{kind}.zst" for i, sub in enumerate(subreddits) for kind in ("submissions", "comments")}
+    files -= {"Physics_comments.zst", "physics_comments.zst"}
+    for name in files | {"notconfigured_comments.zst"}:
+        (folder / name).write_bytes(b"")
+    del config["mavis"]["harvest_pushshift"]["files"]
+    config["mavis"]["harvest_pushshift"]["subreddit_dumps"] = str(folder)
+    path = workflow_copy / "subreddit_dumps.yaml"
+    path.write_text(yaml.safe_dump(config))
+    explained = subprocess.run([sys.executable, "-m", "stages.core.explain", "--configfile", str(path)], cwd=workflow_copy,
+                               capture_output=True, text=True).stdout
+    assert f"{folder}/Physics_comments.zst  (config mavis.harvest_pushshift.subreddit_dumps)" in explained
+    (folder / "PHYSICS_comments.zst").write_bytes(b"")
+    planned = run_snakemake(workflow_copy, "release", "--configfile", str(path), "--dry-run").stdout
+    harvest = planned.split("rule harvest_pushshift:", 1)[1].split("\n\n", 1)[0]
+    assert set(re.findall(r"subreddits/(\w+\.zst)", harvest)) == files | {"PHYSICS_comments.zst"}
+    assert len(files) == 2 * len(subreddits) - 1

@@ -13,9 +13,10 @@ as citing nothing. Silver references are counted in every row.
 Summary quality (Table 3), of each generation against the item's reference summary when the item
 has one: ROUGE-1 and ROUGE-L F (rouge-score, stemmed) and BERTScore F1 (the bert-score package:
 greedy matching of hidden states, no idf, no baseline rescaling). BERTScore needs model weights:
-`bertscore_model` names a local model folder (the seed does not name its model; bert-score's
-English default is roberta-large, whose layer 17 it uses: `bertscore_layers`); empty, the default,
-turns it off and the report says n/a and why.
+`bertscore_model` names a local model folder; by default `models/roberta-large` (the seed reports
+BERTScore-F1 without naming its model: bert-score's English default is roberta-large, whose layer
+17 it uses, `bertscore_layers`); a folder that is not there stops the stage naming it; empty turns
+BERTScore off (the demo: no weights offline) and the report says n/a and why.
 
 Inputs: citations (attr_citations, one file per method), references (attr_references),
 generations (attr_generations), source_items (attr_items). Outputs: scores (attr_scores, one row per
@@ -149,7 +150,8 @@ def bertscores(ctx, gens: list[dict], ref_summaries: dict[str, str]) -> dict[str
     if not model or not gens:
         return {}
     if not Path(model, "config.json").is_file():
-        raise StageError(f"bertscore_model {model}: not a local model folder (no config.json)")
+        raise StageError(f"bertscore_model {model}: not a local model folder (no config.json); put a copy of roberta-large's "
+                         "files there, or set attribution.score_attribution.bertscore_model: '' to report BERTScore as n/a")
     f1 = bertscore_f1([g["summary"] for g in gens], [ref_summaries[g["id"]] for g in gens], model, ctx.params["bertscore_layers"])
     ctx.stats["bertscore_pairs"] = len(f1)
     return dict(zip((g["id"] for g in gens), f1))
@@ -171,7 +173,8 @@ STAGE = Stage(
         "report": Output(None, "report.md: the Table 2/3 layout", counted=False),
     },
     params={
-        "bertscore_model": Param(str, "", "local model folder for BERTScore-F1 (e.g. a roberta-large checkout); empty: off, reported as n/a"),
+        "bertscore_model": Param(str, "models/roberta-large", "local model folder for BERTScore-F1 (Table 3; bert-score's English "
+                                                               "default, roberta-large); empty: off, reported as n/a"),
         "bertscore_layers": Param(int, 17, "hidden layer BERTScore reads (bert-score's default for roberta-large: 17)", min=1),
     },
     run=run,

@@ -172,8 +172,9 @@ def would_run(configfiles: list[str], overrides: list[str], targets: list[str], 
         lines = [f"(snakemake -n failed: rule {missing.group(1)} misses input files; the first such rule is named, others may follow)"]
         for path in missing.group(2).split("\n"):
             path = path.strip()
-            if path:
-                lines.append(f"  {path}" + (f"  (config {keys[path]})" if path in keys else ""))
+            if path:  # a configured file, or a file in a configured folder (mavis.harvest_pushshift.subreddit_dumps)
+                key = keys.get(path) or keys.get(str(Path(path).parent))
+                lines.append(f"  {path}" + (f"  (config {key})" if key else ""))
         return "\n".join(lines)
     noise = ("Using workflow specific profile", "Config file ", "Assuming unrestricted", "Building DAG", "Aborting")
     kept = [line for line in said.splitlines() if line.strip() and not line.startswith(noise)]

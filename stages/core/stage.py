@@ -284,7 +284,7 @@ class Stage:
         parser.add_argument("--input", action="append", default=[], metavar="NAME=PATH", help="an input; repeat NAME for several paths")
         parser.add_argument("--output", action="append", default=[], metavar="NAME=PATH", help="an output; repeat NAME for several paths")
         parser.add_argument("--params", metavar="FILE|JSON", help="YAML/JSON file of params, or inline JSON")
-        parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="one param (YAML value), overrides --params")
+        parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="one param (YAML value; KEY= is the empty string), overrides --params")
         return parser
 
 
@@ -317,7 +317,7 @@ def load_params(stage: Stage, params_arg: str | None, overrides: list[str]) -> d
         if not sep:
             raise StageError(f"--param expects KEY=VALUE, got {item!r}")
         try:
-            given[key] = _json_or_yaml(value)
+            given[key] = _json_or_yaml(value) if value else ""  # KEY= is the empty string (YAML would read null)
         except yaml.YAMLError as err:
             raise StageError(f"--param {key}: {value!r} is not a valid YAML value ({getattr(err, 'problem', None) or err})") from None
     unknown = sorted(set(given) - set(stage.params))
