@@ -54,10 +54,19 @@ def test_answers_become_source_ids_and_an_unknown_id_is_rejected(tmp_path, https
     assert [(r["id"], r["reason"]) for r in rejects] == [("gen:b:text", "invalid_answer")]
     assert "7" in rejects[0]["detail"] and "not a source id" in rejects[0]["detail"]
     assert report["rows_in"] == 2 == report["stats"]["generations_attributed"] + report["rejected"]
-    # the image is described in the prompt (the item has no description: the stand-in says so), never sent
+    # App. E's "one associated image": sent with the prompt to a model that takes images, the
+    # description line naming it (the item has no description); the text-only generation goes as text
+    assert len(seen) == 2 and sum(isinstance(c, str) for c in seen) == 1
+    with_image = next(c for c in seen if isinstance(c, list))
+    assert [p["type"] for p in with_image].count("image_url") == 1
+    assert with_image[0]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert "Image: the attached image" in " ".join(p.get("text", "") for p in with_image)
+    # vision: false (or a backend that takes no images): the description alone, said to be missing
+    seen.clear()
+    (tmp_path / "text_only").mkdir()
+    _attribute(tmp_path / "text_only", {**llm, "cache": {"path": str(tmp_path / "llm2.sqlite")}}, vision=False)
     assert len(seen) == 2 and all(isinstance(c, str) for c in seen)
-    with_image = next(c for c in seen if "<image>" in c.split("Now do the same for these.", 1)[1])
-    assert "Image: (no description given)" in with_image
+    assert any("Image: (no description given)" in c for c in seen)
 
 
 def test_embedded_model_answers_are_parsed_or_rejected(tmp_path):
@@ -71,3 +80,23 @@ def test_embedded_model_answers_are_parsed_or_rejected(tmp_path):
     for row in rows:  # every parsed citation names a source sentence of its generation (IMG only with the image)
         allowed = {"0", "1", "2"} | ({"IMG"} if row["generation_id"] == "gen:a:img_raw" else set())
         assert set(row["sources"]) <= allowed
+
+
+def test_an_unreadable_image_rejects_its_generation(tmp_path, httpserver: HTTPServer):
+    """The item's image is read to be sent: gone since attribution_inputs listed it, its generation is
+    an image_unreadable reject naming the file; the text-only generation is asked as before."""
+    httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_response(
+        _reply(json.dumps({"attributions": [{"sentence": 0, "sources": [0]}, {"sentence": 1, "sources": [1]}]})))
+    items = make_items(tmp_path)
+    (tmp_path / "eye.png").unlink()
+    gens = write_generations(tmp_path / "gens.parquet", [generation(), TEXT_GEN])
+    cites = tmp_path / "cites.parquet"
+    llm = {"backend": "openai", "model": "rule", "cache": {"path": str(tmp_path / "llm.sqlite")}, "max_attempts": 1,
+           "openai": {"base_url": httpserver.url_for("/v1"), "max_retries": 1}}
+    run_stage("attribute_self", "--input", f"generations={gens}", "--input", f"source_items={items}",
+              "--output", f"citations={cites}", "--params", json.dumps({"llm": llm}))
+    rejects = pq.read_table(f"{cites}.rejects.parquet").to_pylist()
+    assert [(r["id"], r["reason"]) for r in rejects] == [("gen:a:img_raw", "image_unreadable")]
+    assert "eye.png" in rejects[0]["detail"]
+    assert {r["generation_id"] for r in pq.read_table(cites).to_pylist()} == {"gen:b:text"}
+    assert len(httpserver.log) == 1

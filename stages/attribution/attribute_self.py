@@ -4,35 +4,44 @@ sentences (and IMG) each of its summary sentences comes from.
 
 `llm` should name the model that wrote the summaries: the demo's summariser is SmolLM2-135M through
 transformers, and the default llm backend is the same SmolLM2-135M GGUF through llama.cpp. A model
-with an image sees the image's description (the item's, else the img_cap caption) in the prompt;
-the image itself is not sent.
+with an image gets the image itself when it takes images (`vision`, App. E: "one associated
+image"), and its description (the item's, else the img_cap caption) in the prompt.
 
 Input: generations (attr_generations), source_items (attr_items). Output: citations (attr_citations,
 method self), one row per summary sentence. Rejects: invalid_answer (no entry for some summary
-sentence, or an unknown id, after the client's retries; the raw answer is the detail).
+sentence, or an unknown id, after the client's retries; the raw answer is the detail),
+image_unreadable (the item's image, to be sent, cannot be read).
 """
 from __future__ import annotations
 
-from stages.attribution.attribution import IMG, cite_variables, every_generation, parse_attribution
-from stages.core.llm import LLMClient, LLMRequest
+from stages.attribution.attribution import IMAGE_UNREADABLE, IMG, cite_images, cite_variables, every_generation, parse_attribution
+from stages.core.images import ImageStore
+from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
-VERSION = "1"
+VERSION = "2"  # 2: the image itself goes with the prompt to a model that takes images
 PROMPT = "attribution_cite"
 
 
-def requests_for(gens: list[dict], items: dict, max_tokens: int) -> tuple[list[LLMRequest], dict]:
-    requests, units = [], {}
+def requests_for(gens: list[dict], items: dict, max_tokens: int, store: ImageStore,
+                 vision: bool) -> tuple[list[LLMRequest], dict, dict]:
+    """The App. E requests, the listed units of each generation, and the generations rejected before asking."""
+    requests, units, rejected = [], {}, {}
     for gen in gens:
-        variables, gen_units = cite_variables(gen, items.get(gen["item_id"]))
+        try:
+            images = cite_images(gen, items.get(gen["item_id"]), store, vision)
+        except Reject as reject:
+            rejected[gen["id"]] = reject
+            continue
+        variables, gen_units = cite_variables(gen, items.get(gen["item_id"]), attached=bool(images))
         units[gen["id"]] = gen_units
         n_gen, n_src, image = len(variables["summary"]), len(variables["source"]), variables["image"]
         requests.append(LLMRequest(
-            id=gen["id"], prompt=PROMPT, variables=variables,
+            id=gen["id"], prompt=PROMPT, variables=variables, images=images,
             sampling={"max_tokens": max_tokens} if max_tokens else None,
             parse=lambda text, a=n_gen, b=n_src, c=image: parse_attribution(text, a, b, c),
         ))
-    return requests, units
+    return requests, units, rejected
 
 
 def to_units(cited: list[list[str]], units: list[str]) -> list[list[str]]:
@@ -44,11 +53,14 @@ def run(ctx):
     params = ctx.params
     gens = ctx.read_rows("generations")
     items = {r["id"]: r for r in ctx.read_rows("source_items")}
-    requests, units = requests_for(gens, items, params["max_tokens"])
     with LLMClient.from_params(params["llm"], stats=ctx.stats) as client:
-        answers = dict(zip([g["id"] for g in gens], client.run(requests, desc="self-attribution")))
+        store = ImageStore(client.settings["image_store"])
+        requests, units, rejected = requests_for(gens, items, params["max_tokens"], store, sees_images(params))
+        answers = dict(zip([r.id for r in requests], client.run(requests, desc="self-attribution")))
     for gen in gens:
         with ctx.item(gen["id"]):
+            if gen["id"] in rejected:
+                raise rejected[gen["id"]]
             answer = answers[gen["id"]]
             if not answer.ok:
                 raise Reject("invalid_answer", answer.detail)
@@ -72,11 +84,13 @@ STAGE = Stage(
     params={
         "llm": Param(dict, {}, "llm settings of the summariser asked for its own citations", schema="llm"),
         "max_tokens": Param(int, 0, "answer length budget in tokens (0 = the prompt's 200)", min=0),
+        "vision": Param(bool, None, "send the item's image (App. E); null = what the backend takes (llamacpp: no, its description only)"),
     },
     run=run,
     invariant=every_generation,
     prompts=("attribution_cite",),
-    rejects={"invalid_answer": "no valid entry for some summary sentence, or an unknown id, after the client's retries (raw answer in the detail)"},
+    rejects={"invalid_answer": "no valid entry for some summary sentence, or an unknown id, after the client's retries (raw answer in the detail)",
+             **IMAGE_UNREADABLE},
 )
 
 if __name__ == "__main__":

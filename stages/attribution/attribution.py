@@ -34,8 +34,11 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
+
+from stages.core.stage import Reject
 
 IMG = "IMG"
 IMAGE_LABEL = -1
@@ -250,18 +253,37 @@ def normalise(sentence: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", sentence.lower()).split())
 
 
-def cite_variables(gen: dict, item: dict | None) -> tuple[dict, list[str]]:
+def cite_variables(gen: dict, item: dict | None, attached: bool = False) -> tuple[dict, list[str]]:
     """Variables of prompts/attribution_cite.md for one generation, and the unit of each listed
-    source sentence (an img_cap caption is not listed: the image is its own element)."""
+    source sentence (an img_cap caption is not listed: the image is its own element). `attached`:
+    the image itself goes with the prompt (a model that takes images)."""
     pairs = [(u, s) for u, s in zip(gen["units"], gen["source_sentences"]) if u != IMG]
     image = bool(gen["has_image"])
-    description = (item or {}).get("image_description") or gen.get("caption") or "(no description given)"
+    described = (item or {}).get("image_description") or gen.get("caption")
+    description = described or ("the attached image" if attached else "(no description given)")
     position = (item or {}).get("image_position")
     return {
         "image": image, "image_description": description,
         "image_position": position if position is not None else len(pairs),
         "source": [s for _, s in pairs], "summary": list(gen["summary_sentences"]),
     }, [u for u, _ in pairs]
+
+
+IMAGE_UNREADABLE = {"image_unreadable": "the item's image file cannot be read (a model that takes images is sent it)"}
+
+
+def cite_images(gen: dict, item: dict | None, store, vision: bool) -> list[str]:
+    """App. E gives the annotator "one associated image": the item's image, put in the model
+    layer's image store, for a generation with the image and a model that takes images; a file
+    that cannot be read is the generation's Reject."""
+    if not (vision and gen["has_image"] and item and item.get("image")):
+        return []
+    path = Path(item["image"])
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise Reject("image_unreadable", f"{path}: {err.strerror or err}") from None
+    return [store.put(data, path.suffix.lstrip(".").lower() or "jpg")]
 
 
 def every_generation(ctx) -> str | None:

@@ -5,19 +5,22 @@ Gold citations given in the items file are matched to generated sentences by the
 asked with the App. E annotator prompt (prompts/attribution_cite.md), as the seed does with GPT.
 Each row records its origin (file | silver) so a report never passes silver off as gold. Without a
 judge (`judge` empty) unmatched sentences have no reference and are left out of the scores.
-The judge sees the image's description (the item's, else the img_cap caption), not the image.
+A judge that takes images gets the image itself (`vision`, App. E: "one associated image"), and
+its description (the item's, else the img_cap caption) in the prompt.
 
 Input: generations (attr_generations), source_items (attr_items). Output: references (attr_references),
 one row per referenced summary sentence. Rejects: invalid_answer (the judge's answer has no valid
-entry for a summary sentence, or an unknown id, after retries; the raw answer is the detail).
+entry for a summary sentence, or an unknown id, after retries; the raw answer is the detail),
+image_unreadable (the item's image, to be sent to the judge, cannot be read).
 """
 from __future__ import annotations
 
-from stages.attribution.attribution import IMG, cite_variables, normalise, order_units, parse_attribution
-from stages.core.llm import LLMClient, LLMRequest
+from stages.attribution.attribution import IMAGE_UNREADABLE, IMG, cite_images, cite_variables, normalise, order_units, parse_attribution
+from stages.core.images import ImageStore
+from stages.core.llm import LLMClient, LLMRequest, llm_settings, sees_images
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
-VERSION = "1"
+VERSION = "2"  # 2: the image itself goes with the prompt to a judge that takes images
 PROMPT = "attribution_cite"
 
 
@@ -37,14 +40,20 @@ def run(ctx):
     gens = ctx.read_rows("generations")
     items = {r["id"]: r for r in ctx.read_rows("source_items")}
     from_file = {g["id"]: file_references(g, items.get(g["item_id"])) for g in gens}
-    asked, requests, listed = [], [], {}
+    asked, requests, listed, rejected = [], [], {}, {}
+    store, vision = ImageStore(llm_settings(params["llm"])["image_store"]), params["judge"] and sees_images(params)
     for gen in gens:
         if params["judge"] and len(from_file[gen["id"]]) < len(gen["summary_sentences"]):
-            variables, units = cite_variables(gen, items.get(gen["item_id"]))
+            try:
+                images = cite_images(gen, items.get(gen["item_id"]), store, vision)
+            except Reject as reject:
+                rejected[gen["id"]] = reject
+                continue
+            variables, units = cite_variables(gen, items.get(gen["item_id"]), attached=bool(images))
             listed[gen["id"]] = units
             n = (len(variables["summary"]), len(variables["source"]), variables["image"])
             asked.append(gen["id"])
-            requests.append(LLMRequest(id=gen["id"], prompt=PROMPT, variables=variables,
+            requests.append(LLMRequest(id=gen["id"], prompt=PROMPT, variables=variables, images=images,
                                        sampling={"max_tokens": params["max_tokens"]} if params["max_tokens"] else None,
                                        parse=lambda text, n=n: parse_attribution(text, *n)))
     answers = {}
@@ -53,6 +62,8 @@ def run(ctx):
             answers = dict(zip(asked, client.run(requests, desc="reference judge")))
     for gen in gens:
         with ctx.item(gen["id"]):
+            if gen["id"] in rejected:
+                raise rejected[gen["id"]]
             answer = answers.get(gen["id"])
             if answer is not None and not answer.ok:
                 raise Reject("invalid_answer", answer.detail)
@@ -94,11 +105,13 @@ STAGE = Stage(
         "judge": Param(str, "", "the judge's name, recorded in silver rows ('' = no judge: file references only)"),
         "llm": Param(dict, {}, "llm settings of the judge", schema="llm"),
         "max_tokens": Param(int, 0, "answer length budget in tokens (0 = the prompt's 200)", min=0),
+        "vision": Param(bool, None, "send the item's image (App. E); null = what the judge's backend takes (llamacpp: no, its description only)"),
     },
     run=run,
     invariant=every_generation,
     prompts=("attribution_cite",),
-    rejects={"invalid_answer": "the judge's answer has no valid entry for a summary sentence, or an unknown id, after retries (raw answer in the detail)"},
+    rejects={"invalid_answer": "the judge's answer has no valid entry for a summary sentence, or an unknown id, after retries (raw answer in the detail)",
+             **IMAGE_UNREADABLE},
 )
 
 if __name__ == "__main__":
