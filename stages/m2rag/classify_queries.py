@@ -31,7 +31,7 @@ def check_categories(categories: list) -> dict[int, str]:
 
 def run(ctx):
     names = check_categories(ctx.params["categories"])
-    categories = [{"description": "", **c} for c in ctx.params["categories"]]
+    categories = [{"description": "", "example": "", **c} for c in ctx.params["categories"]]
     queries = ctx.read_rows("filtered_queries")
     with LLMClient.from_params(ctx.params["llm"], stats=ctx.stats) as client:
         requests = [LLMRequest(q["id"], PROMPT, {"question": q["question"], "categories": categories}) for q in queries]
@@ -61,6 +61,7 @@ STAGE = Stage(
             "id": Param(int, help="topic number", min=1, max=11),
             "name": Param(str, help="topic name"),
             "description": Param(str, "", "what the topic covers, shown to the classifier (figure 7)"),
+            "example": Param(str, "", "an example question of the topic, shown after its description (figure 7)"),
         })),
     },
     run=run,
