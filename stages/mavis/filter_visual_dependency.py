@@ -111,8 +111,8 @@ STAGE = Stage(
     doc=__doc__,
     inputs={
         "instances": Input("reddit_instances shards: the (question, answer) pairs", many=True, table="reddit_instances"),
-        "images": Input("the posts' images (images_cached shards, or the optional filters' output) (shown to a judge that takes images)", many=True, optional=True,
-                        table="images_cached"),
+        "images": Input("the posts' images, shown to a judge that takes images (images_cached shards, or images.filters' output)",
+                        many=True, optional=True, table="images_cached"),
     },
     outputs={
         "instances": Output("reddit_instances", "the instances that need their image"),
