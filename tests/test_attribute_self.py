@@ -83,8 +83,8 @@ def test_embedded_model_answers_are_parsed_or_rejected(tmp_path):
 
 
 def test_an_unreadable_image_rejects_its_generation(tmp_path, httpserver: HTTPServer):
-    """The item's image is read to be sent: gone since attribution_inputs listed it, its generation is
-    an image_unreadable reject naming the file; the text-only generation is asked as before."""
+    """The item's image is read to be sent: gone since attribution_inputs listed it, or not an image,
+    its generation is an image_unreadable reject naming the file; the text-only generation is asked."""
     httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_response(
         _reply(json.dumps({"attributions": [{"sentence": 0, "sources": [0]}, {"sentence": 1, "sources": [1]}]})))
     items = make_items(tmp_path)
@@ -100,3 +100,8 @@ def test_an_unreadable_image_rejects_its_generation(tmp_path, httpserver: HTTPSe
     assert "eye.png" in rejects[0]["detail"]
     assert {r["generation_id"] for r in pq.read_table(cites).to_pylist()} == {"gen:b:text"}
     assert len(httpserver.log) == 1
+    (tmp_path / "eye.png").write_bytes(b"not an image")  # there, but not an image: the same reject, saying why
+    run_stage("attribute_self", "--input", f"generations={gens}", "--input", f"source_items={items}",
+              "--output", f"citations={tmp_path / 'again.parquet'}", "--params", json.dumps({"llm": llm}))
+    [again] = pq.read_table(f"{tmp_path / 'again.parquet'}.rejects.parquet").to_pylist()
+    assert again["reason"] == "image_unreadable" and "not_an_image" in again["detail"]

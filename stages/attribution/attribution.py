@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from stages.core.images import normalize_image
 from stages.core.stage import Reject
 
 IMG = "IMG"
@@ -269,21 +270,25 @@ def cite_variables(gen: dict, item: dict | None, attached: bool = False) -> tupl
     }, [u for u, _ in pairs]
 
 
-IMAGE_UNREADABLE = {"image_unreadable": "the item's image file cannot be read (a model that takes images is sent it)"}
+IMAGE_UNREADABLE = {"image_unreadable": "the item's image file cannot be read or decoded (a model that takes images is sent it)"}
+MAX_PIXELS = 64_000_000  # as cache_images' default: refused from the header, before decoding
 
 
 def cite_images(gen: dict, item: dict | None, store, vision: bool) -> list[str]:
     """App. E gives the annotator "one associated image": the item's image, put in the model
-    layer's image store, for a generation with the image and a model that takes images; a file
-    that cannot be read is the generation's Reject."""
+    layer's image store (as JPEG, PNG, GIF or WebP: what every backend takes), for a generation with
+    the image and a model that takes images; a file that cannot be read or decoded is the
+    generation's Reject."""
     if not (vision and gen["has_image"] and item and item.get("image")):
         return []
     path = Path(item["image"])
     try:
-        data = path.read_bytes()
+        image = normalize_image(path.read_bytes(), MAX_PIXELS)
     except OSError as err:
         raise Reject("image_unreadable", f"{path}: {err.strerror or err}") from None
-    return [store.put(data, path.suffix.lstrip(".").lower() or "jpg")]
+    except Reject as bad:
+        raise Reject("image_unreadable", f"{path}: {bad.reason}: {bad.detail}") from None
+    return [store.put(image.data, image.ext)]
 
 
 def every_generation(ctx) -> str | None:
