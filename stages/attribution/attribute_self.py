@@ -14,13 +14,12 @@ image_unreadable (the item's image, to be sent, cannot be read).
 """
 from __future__ import annotations
 
-from stages.attribution.attribution import IMAGE_UNREADABLE, IMG, cite_images, cite_variables, every_generation, parse_attribution
+from stages.attribution.attribution import IMAGE_UNREADABLE, IMG, cite_request, every_generation
 from stages.core.images import ImageStore
 from stages.core.llm import LLMClient, LLMRequest, sees_images
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "2"  # 2: the image itself goes with the prompt to a model that takes images
-PROMPT = "attribution_cite"
 
 
 def requests_for(gens: list[dict], items: dict, max_tokens: int, store: ImageStore,
@@ -29,18 +28,11 @@ def requests_for(gens: list[dict], items: dict, max_tokens: int, store: ImageSto
     requests, units, rejected = [], {}, {}
     for gen in gens:
         try:
-            images = cite_images(gen, items.get(gen["item_id"]), store, vision)
+            request, units[gen["id"]] = cite_request(gen, items.get(gen["item_id"]), store, vision, max_tokens)
         except Reject as reject:
             rejected[gen["id"]] = reject
             continue
-        variables, gen_units = cite_variables(gen, items.get(gen["item_id"]), attached=bool(images))
-        units[gen["id"]] = gen_units
-        n_gen, n_src, image = len(variables["summary"]), len(variables["source"]), variables["image"]
-        requests.append(LLMRequest(
-            id=gen["id"], prompt=PROMPT, variables=variables, images=images,
-            sampling={"max_tokens": max_tokens} if max_tokens else None,
-            parse=lambda text, a=n_gen, b=n_src, c=image: parse_attribution(text, a, b, c),
-        ))
+        requests.append(request)
     return requests, units, rejected
 
 

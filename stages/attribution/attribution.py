@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from stages.core.images import normalize_image
+from stages.core.llm import LLMRequest
 from stages.core.stage import Reject
 
 IMG = "IMG"
@@ -289,6 +290,18 @@ def cite_images(gen: dict, item: dict | None, store, vision: bool) -> list[str]:
     except Reject as bad:
         raise Reject("image_unreadable", f"{path}: {bad.reason}: {bad.detail}") from None
     return [store.put(image.data, image.ext)]
+
+
+def cite_request(gen: dict, item: dict | None, store, vision: bool, max_tokens: int) -> tuple[LLMRequest, list[str]]:
+    """App. E's question for one generation (prompts/attribution_cite.md, its image attached when
+    the model takes images) and the unit of each listed source sentence; raises the generation's
+    Reject (image_unreadable)."""
+    images = cite_images(gen, item, store, vision)
+    variables, units = cite_variables(gen, item, attached=bool(images))
+    shape = (len(variables["summary"]), len(variables["source"]), variables["image"])
+    return LLMRequest(id=gen["id"], prompt="attribution_cite", variables=variables, images=images,
+                      sampling={"max_tokens": max_tokens} if max_tokens else None,
+                      parse=lambda text: parse_attribution(text, *shape)), units
 
 
 def every_generation(ctx) -> str | None:

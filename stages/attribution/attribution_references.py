@@ -15,13 +15,12 @@ image_unreadable (the item's image, to be sent to the judge, cannot be read).
 """
 from __future__ import annotations
 
-from stages.attribution.attribution import IMAGE_UNREADABLE, IMG, cite_images, cite_variables, normalise, order_units, parse_attribution
+from stages.attribution.attribution import IMAGE_UNREADABLE, IMG, cite_request, normalise, order_units
 from stages.core.images import ImageStore
-from stages.core.llm import LLMClient, LLMRequest, llm_settings, sees_images
+from stages.core.llm import LLMClient, llm_settings, sees_images
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
 VERSION = "2"  # 2: the image itself goes with the prompt to a judge that takes images
-PROMPT = "attribution_cite"
 
 
 def file_references(gen: dict, item: dict | None) -> dict[int, list[str]]:
@@ -45,17 +44,12 @@ def run(ctx):
     for gen in gens:
         if params["judge"] and len(from_file[gen["id"]]) < len(gen["summary_sentences"]):
             try:
-                images = cite_images(gen, items.get(gen["item_id"]), store, vision)
+                request, listed[gen["id"]] = cite_request(gen, items.get(gen["item_id"]), store, vision, params["max_tokens"])
             except Reject as reject:
                 rejected[gen["id"]] = reject
                 continue
-            variables, units = cite_variables(gen, items.get(gen["item_id"]), attached=bool(images))
-            listed[gen["id"]] = units
-            n = (len(variables["summary"]), len(variables["source"]), variables["image"])
             asked.append(gen["id"])
-            requests.append(LLMRequest(id=gen["id"], prompt=PROMPT, variables=variables, images=images,
-                                       sampling={"max_tokens": params["max_tokens"]} if params["max_tokens"] else None,
-                                       parse=lambda text, n=n: parse_attribution(text, *n)))
+            requests.append(request)
     answers = {}
     if requests:
         with LLMClient.from_params(params["llm"], stats=ctx.stats) as client:
