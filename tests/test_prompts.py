@@ -58,8 +58,9 @@ def test_m2rag_prompts_keep_the_seed_scales():
         assert prompt.schema["properties"]["label"]["enum"] == [0, 1]
         assert list(prompt.schema["properties"]) == ["analysis", "label"]  # the seed's two lines, in order
     classify = library.get("m2rag_query_classify")
-    categories = [{"id": 1, "name": "Society & Culture", "description": "customs"}, {"id": 11, "name": "Others", "description": ""}]
+    categories = [{"id": 1, "name": "Society & Culture", "description": "customs", "example": "Why do people bow?"},
+                  {"id": 11, "name": "Others", "description": "", "example": ""}]
     text = classify.render({"question": "Why do we bow?", "categories": categories})[-1]["content"]
-    assert "1. Society & Culture: customs" in text and "11. Others\n" in text and "Why do we bow?" in text
+    assert "1. Society & Culture: customs Example: Why do people bow?\n" in text and "11. Others\n" in text and "Why do we bow?" in text
     one_of = classify.schema["properties"]["categories"]["anyOf"]
     assert one_of[0]["items"]["maximum"] == 10 and one_of[1]["items"]["const"] == 11 and one_of[1]["maxItems"] == 1
