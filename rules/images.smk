@@ -5,9 +5,9 @@ if W.enabled("images") and W.enabled("mavis"):
     W.step("cache_images", family="mavis", slot="{shard}", shared="images.cache_images", section=None,
            inputs={"owners": W.out("filter_questions", "questions")}, wiring={"owner_column": "id", "url_column": "image_urls"},
            files={"images": "images_cached"})
-if W.enabled("images") and W.enabled("mavis") and W.get("images.filters", False):
-    W.step("filter_images", family="mavis", slot="{shard}", shared="images.filter_images", section=None,
-           inputs={"images": W.out("cache_images", "images"), "texts": W.out("filter_questions", "questions")},
-           wiring={"text_key": "owner_id", "text_id_column": "id", "text_column": "question"}, files={"images": "images_filtered"})
-    W.step("phash_dedup", family="mavis", slot="{shard}", shared="images.phash_dedup", section=None,
-           inputs={"images": W.out("filter_images", "images")}, files={"images": "images_deduped"})
+    if W.get("images.filters", False):
+        W.step("filter_images", family="mavis", slot="{shard}", shared="images.filter_images", section=None,
+               inputs={"images": W.out("cache_images", "images"), "texts": W.out("filter_questions", "questions")},
+               wiring={"text_key": "owner_id", "text_id_column": "id", "text_column": "question"}, files={"images": "images_filtered"})
+        W.step("phash_dedup", family="mavis", slot="{shard}", shared="images.phash_dedup", section=None,
+               inputs={"images": W.out("filter_images", "images")}, files={"images": "images_deduped"})
