@@ -218,6 +218,37 @@ def test_cli_help_and_bad_params(tmp_path):
     assert bad.returncode != 0 and f"{items_path} (table 'owners'): column 'urls' is missing" in bad.stderr
 
 
+def test_record_warc_replaces_only_a_warc_and_only_in_record_mode(tmp_path):
+    """Record mode replaces the file at record_warc: another file, a folder or an unwritable place
+    is one line before any fetch, and the file is left as it was."""
+    items_path = tmp_path / "items.parquet"
+    pq.write_table(pa.Table.from_pylist([{"id": "a", "image_urls": ["http://127.0.0.1:9/a.png"]}]), items_path)
+    precious = tmp_path / "precious.txt"
+    precious.write_text("not a WARC\n")
+    (tmp_path / "folder").mkdir()
+
+    def run(fetch: dict, record_warc: str) -> subprocess.CompletedProcess:
+        params = json.dumps({"fetch": fetch, "record_warc": record_warc, "store": str(tmp_path / "store")})
+        return subprocess.run([sys.executable, "-m", "stages.images.cache_images", "--input", f"owners={items_path}",
+                               "--output", f"images={tmp_path / 'images.parquet'}", "--params", params], capture_output=True, text=True)
+
+    record = {"mode": "record", "attempts": 1}
+    for target, expected in ((precious, "exists and is not a gzipped WARC file"), (tmp_path / "folder", "is a folder"),
+                             (Path("/proc/citeforge/x.warc.gz"), "cannot write"),
+                             ):
+        bad = run(record, str(target))
+        assert bad.returncode != 0 and expected in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+        assert "param record_warc" in bad.stderr and str(target) in bad.stderr
+    assert precious.read_text() == "not a WARC\n" and not (tmp_path / "images.parquet").exists()
+    ignored = run({"mode": "live"}, str(tmp_path / "new.warc.gz"))
+    assert ignored.returncode != 0 and "a WARC is written in mode 'record' only" in ignored.stderr
+    # an earlier recording is a WARC: record mode writes over it
+    warc = tmp_path / "earlier.warc.gz"
+    assert run(record, str(warc)).returncode == 0 and warc.stat().st_size
+    again = run(record, str(warc))
+    assert again.returncode == 0, again.stderr
+
+
 def test_the_store_finds_a_file_only_by_a_real_sha256(tmp_path):
     """A sha256 in a table is data: a key that is not 64 hex digits (a glob such as `ab*`, a path,
     5,000 characters) finds nothing, not another image's file."""

@@ -54,7 +54,7 @@ from warcio.warcwriter import WARCWriter
 
 from .retry import (RETRY_EXCEPTIONS, RETRY_STATUSES, BodyTooLarge, HeaderDeadline, HostRateLimiter, RetriesExhausted, RetryPolicy,
                     read_body, with_retries)
-from .stage import Param, StageError
+from .stage import Param, StageError, probe_folder
 
 MODES = ("live", "record", "replay")
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -603,6 +603,34 @@ def stage_fetch_settings(ctx) -> FetchSettings:
         raise StageError(f"param fetch: {err}") from None
     if ctx.has_input("warcs"):
         settings = dataclasses.replace(settings, replay_warcs=tuple(ctx.input_paths("warcs")))
-    if settings.mode == "record" and not ctx.params["record_warc"]:
+    record = ctx.params["record_warc"]
+    if settings.mode != "record":
+        if record:
+            raise StageError(f"param record_warc is {record!r} but fetch mode is {settings.mode!r}: a WARC is written in mode 'record' only")
+        return settings
+    if not record:
         raise StageError("fetch mode is 'record' but param record_warc (the WARC file to write) is empty")
+    _check_record_target(Path(record))
     return settings
+
+
+def _check_record_target(target: Path) -> None:
+    """Record mode replaces the file at record_warc: that must be a WARC (an earlier recording) or
+    nothing, never a folder or some other file, and its folder must take a file."""
+    try:
+        if target.is_dir():
+            raise StageError(f"param record_warc: {target} is a folder, not the WARC file to write")
+        if target.exists() and target.stat().st_size and not _is_gzipped_warc(target):
+            raise StageError(f"param record_warc: {target} exists and is not a gzipped WARC file; "
+                             "record mode would replace it, so name a new file")
+        probe_folder(target.parent, target.name)
+    except OSError as err:
+        raise StageError(f"param record_warc: cannot write {target}: {err.strerror or err}") from None
+
+
+def _is_gzipped_warc(path: Path) -> bool:
+    try:
+        with gzip.open(path, "rb") as fh:
+            return fh.read(5) == b"WARC/"
+    except (OSError, EOFError, zlib.error):
+        return False

@@ -343,7 +343,7 @@ def _json_or_yaml(text: str) -> Any:
         return yaml.safe_load(text)
 
 
-def _probe_folder(folder: Path, name: str) -> None:
+def probe_folder(folder: Path, name: str) -> None:
     """Make the folder and write and remove a file in it: raises OSError when it cannot."""
     folder.mkdir(parents=True, exist_ok=True)
     fd, probe = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
@@ -407,7 +407,7 @@ class Context:
         for name, paths in self._outputs.items():
             for path in paths:
                 try:
-                    _probe_folder(Path(path).parent, Path(path).name)
+                    probe_folder(Path(path).parent, Path(path).name)
                 except OSError as err:
                     raise StageError(f"output {name!r}: cannot write {path}: {err.strerror or err}") from None
 
@@ -420,7 +420,7 @@ class Context:
                 continue
             try:
                 if spec.folder == "writes":
-                    _probe_folder(Path(path), "probe")
+                    probe_folder(Path(path), "probe")
                 elif not stat.S_ISDIR(os.stat(path).st_mode):
                     raise StageError(f"param {name!r}: {path} is not a folder")
             except FileNotFoundError:
