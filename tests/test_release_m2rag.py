@@ -58,6 +58,17 @@ def test_release_tables_card_and_version(tmp_path):
     assert "| classify_queries | invalid_answer | 1 |" in card
 
 
+def test_a_category_without_its_name_is_one_line_before_the_release(tmp_path):
+    """The release reads the same Table 1 declaration as classify_queries: a category record
+    missing a field is the param's error, not a KeyError mid-build."""
+    shard = tmp_path / "c.00000.parquet"
+    write_table(shard, [row(1, [1])], "m2rag_classified_queries")
+    bad = run_stage("release_m2rag", "--input", f"queries={shard}", "--output", f"manifest={tmp_path / 'm.json'}",
+                    "--params", json.dumps({"name": "t", "releases_dir": str(tmp_path / "rel"), "categories": [{"id": 1}]}), check=False)
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr and "categories" in bad.stderr and "'name'" in bad.stderr, bad.stderr
+    assert not (tmp_path / "rel").exists()
+
+
 def test_benchmark_tables_jsonl_and_table4_equal_duckdb_queries(tmp_path):
     classified = [row(1, [1, 2]), row(2, [2]), row(3, [11]), row(4, [1])]
     write_table(tmp_path / "c.parquet", classified, "m2rag_classified_queries")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from stages.core.llm import LLMClient, LLMRequest
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
+from stages.m2rag.categories import CATEGORIES
 
 VERSION = "1"
 PROMPT = "m2rag_query_classify"
@@ -57,12 +58,7 @@ STAGE = Stage(
     outputs={"classified_queries": Output("m2rag_classified_queries", "queries with their topic categories")},
     params={
         "llm": Param(dict, {}, "the config llm: section (backend, model, cache, ...), per-stage overrides merged in", schema="llm"),
-        "categories": Param(list, help="M2RAG Table 1 categories: [{id, name, description}], 1-10 combinable, 11 Others", min=1, items=Param(dict, fields={
-            "id": Param(int, help="topic number", min=1, max=11),
-            "name": Param(str, help="topic name"),
-            "description": Param(str, "", "what the topic covers, shown to the classifier (figure 7)"),
-            "example": Param(str, "", "an example question of the topic, shown after its description (figure 7)"),
-        })),
+        "categories": CATEGORIES,
     },
     run=run,
     prompts=("m2rag_query_classify",),

@@ -37,6 +37,7 @@ from stages.core.dataset_card import reject_rows
 from stages.core.images import ImageStore
 from stages.core.release import md_table, publish_release, reject_counts
 from stages.core.stage import Input, Output, Param, Stage, StageError
+from stages.m2rag.categories import CATEGORIES
 
 VERSION = "3"
 
@@ -259,7 +260,7 @@ STAGE = Stage(
     params={
         "name": Param(str, help="release name: data/releases/<name>/<version>/", pattern=Param.PLAIN_NAME),
         "releases_dir": Param(str, "data/releases", "where releases land", folder="writes"),
-        "categories": Param(list, help="M2RAG Table 1 categories [{id, name, description}]", items=dict),
+        "categories": CATEGORIES,
         "min_image_score": Param(int, 3, "images scoring at least this are `selected` as generation input (the seed's code: 3)", min=0, max=10),
         "image_store": Param(str, "data/cache/images", "image store root the released image files are copied from", folder="reads"),
     },
