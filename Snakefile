@@ -10,8 +10,10 @@ import os
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
+
 from stages.core.config import ConfigError, validate_config
-from stages.core.estimate import over_budget
+from stages.core.estimate import last_estimate, over_budget
 from stages.core.wiring import WiringError, load_steps
 
 # run-wide defaults and the papers' shared tables; the demo's caps only when no recipe is given
@@ -59,6 +61,14 @@ rule evaluate:  # and the catalog over the evaluation tables it made (rules/cata
 rule estimate:  # the model steps' calls, tokens and cost, after running only the free steps (README "Real run")
     input:
         W.steps["estimate_cost"].output("table"),
+    localrule: True
+    run:  # a rule with no output always runs: Snakemake keeps an estimate whose steps cannot run (an
+        # input missing) as if it were a source file, and it would pass for this run's
+        _, _, stale = last_estimate(W)
+        if stale:
+            raise WorkflowError(f"estimate: {stale}, and this run could not remake it: `snakemake -n {input[0]}` "
+                                "with the same --configfile names what is missing")
+        print(Path(input[0]).read_text())
 
 
 rule report:  # then `snakemake report --report report.html` (add `evaluate` to both for the evaluations)
@@ -80,8 +90,6 @@ onstart:
 
 
 onsuccess:
-    if "estimate" in workflow.dag_settings.targets:
-        print(Path(W.steps["estimate_cost"].output("table")).read_text())
     for manifest in W.releases:
         if Path(manifest).exists():
             print(f"release: {os.path.relpath(json.loads(Path(manifest).read_text())['path'])}")

@@ -7,6 +7,7 @@ line, before any job starts."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pyarrow.parquet as pq
 import pytest
@@ -113,6 +114,26 @@ def test_budget_stops_a_run_before_a_model_step_that_costs_more(workflow_copy, m
     assert "filter_visual_dependency" in over_budget(wiring(tight), usd / 2, {"filter_visual_dependency"})
     dearer = write(wf, "dearer.yaml", {"prices": {MODEL: {"input_per_mtok": 5, "output_per_mtok": 10}}})
     assert "was made with other settings" in over_budget(wiring(dearer), 1000, {"filter_visual_dependency"})
+
+
+def test_a_count_given_for_no_step_is_one_line_and_an_estimate_of_other_settings_is_never_printed(workflow_copy):
+    wf = workflow_copy
+    (wf / "profile.yaml").write_text(yaml.safe_dump(PROFILE))
+    for given, line in (({"filter_visual_dependncy": 5}, "given: 'filter_visual_dependncy' names no step of this run (did you mean 'filter_visual_dependency'?)"),
+                        ({"filter_questions.bogus": 5}, "given: 'filter_questions.bogus': step filter_questions has no output 'bogus' (its outputs: "),
+                        ({"filter_visual_dependency": -5}, "config key 'estimate.given.filter_visual_dependency' must be >= 0, got -5")):
+        bad = run_snakemake(wf, "estimate", "--configfile", "config/demo.yaml", write(wf, "bad.yaml", {"given": given}), check=False)
+        assert bad.returncode != 0 and line in bad.stdout + bad.stderr, given
+    run_snakemake(wf, "estimate", "--configfile", "config/demo.yaml", write(wf, "good.yaml", {}))
+    # other settings, and the counted steps cannot run (their outputs deleted, a dump gone): Snakemake
+    # keeps the old estimate as if it were a source file; the target says so instead of printing it
+    shutil.rmtree(wf / "data/runs/demo/mavis")
+    (wf / "gone.yaml").write_text(yaml.safe_dump({**FAMILIES, "estimate": {"profile": "profile.yaml", "given": {"mavis_generate_queries": 7}},
+                                                  "mavis": {"harvest_pushshift": {"files": ["data/samples/reddit/gone.zst"]}}}))
+    stale = run_snakemake(wf, "estimate", "--configfile", "config/demo.yaml", "gone.yaml", check=False)
+    said = stale.stdout + stale.stderr
+    assert stale.returncode != 0 and "estimate.json was made with other settings or another profile, and this run could not remake it" in said
+    assert "| **total** |" not in stale.stdout
 
 
 ALIAS_BOMB = "anchors:\n  a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(

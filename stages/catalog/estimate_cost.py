@@ -24,6 +24,7 @@ printed). Nothing is rejected: rows in = model steps = rows of `estimate`.
 """
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 
@@ -208,6 +209,18 @@ def read_profile(path: str) -> tuple[bytes, dict]:
     return raw, profile
 
 
+def check_given(given: dict[str, int], steps: dict[str, dict]) -> None:
+    """Each given count names a step of this run, or one of its outputs: a misspelt key would
+    otherwise be ignored and the step projected as if nothing were given."""
+    for key in given:
+        rule, _, output = key.partition(".")
+        if rule not in steps:
+            near = difflib.get_close_matches(rule, steps, 1)
+            raise StageError(f"given: {key!r} names no step of this run" + (f" (did you mean {near[0]!r}?)" if near else ""))
+        if output and output not in steps[rule]["outputs"]:
+            raise StageError(f"given: {key!r}: step {rule} has no output {output!r} (its outputs: {', '.join(steps[rule]['outputs'])})")
+
+
 def run(ctx) -> None:
     p = ctx.params
     plan = p["plan"]
@@ -220,6 +233,7 @@ def run(ctx) -> None:
         if missing:
             raise StageError(f"plan.measured[{key}] names {missing[0]}, which is not an input")
         counted[key] = count_rows(paths)
+    check_given(p["given"], plan["steps"])
     projection = Projection(plan, counted, p["given"], profile.get("rules", {}))
     models = [rule for rule in plan["order"] if plan["steps"][rule]["kind"] == "model"]
     ctx.add_input(len(models))
@@ -249,9 +263,12 @@ STAGE = Stage(
         "table": Output(None, "the same as a Markdown table with the projection method under it", counted=False),
     },
     params={
-        "plan": Param(dict, {"order": [], "steps": {}, "measured": {}}, "the wiring's plan (stages/core/estimate.py): steps, first inputs, jobs, roles"),
+        "plan": Param(dict, {"order": [], "steps": {}, "measured": {}}, "the wiring's plan (stages/core/estimate.py): steps, first inputs, jobs, roles",
+                      fields={"order": Param(list, help="the steps in declaration order", items=str),
+                              "steps": Param(dict, help="per step: kind, gpu, first input, outputs, jobs", items=dict),
+                              "measured": Param(dict, help="'<rule>.<output>' -> the files whose rows are counted", items=list)}),
         "given": Param(dict, {}, "counts given by hand (e.g. what a seed paper reports): '<rule>' the items a step works on "
-                       "(one job's, for a job per evaluated model), '<rule>.<output>' the rows an output holds", items=int),
+                       "(one job's, for a job per evaluated model), '<rule>.<output>' the rows an output holds", items=Param(int, min=0)),
         "prices": Param(dict, {}, "USD per million tokens by model name: {input_per_mtok, output_per_mtok}", items=Param(
             dict, fields={"input_per_mtok": Param(float, help="USD per million prompt tokens", min=0),
                           "output_per_mtok": Param(float, help="USD per million completion tokens", min=0)})),

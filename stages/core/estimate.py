@@ -72,6 +72,7 @@ def plan(wiring: Wiring) -> dict:
         read = [sorted(p for paths in step.inputs(wc).values() for p in paths if made.get(p) in first) for wc in jobs]
         steps[name] = {
             "stage": step.stage, "family": step.family, "kind": "model" if model else "free" if name in free else "other",
+            "outputs": sorted(step.decl["outputs"]),
             "gpu": gpu, "input": first, "repeated": len(jobs) > 1 and all(r == read[0] for r in read),
             "jobs": [{"wildcards": wc, "limit": v.get("limit") or 0,
                       "roles": [{"role": role, "backend": s.get("backend"), "model": s.get("model"),
@@ -112,6 +113,22 @@ def settings_digest(params: dict, profile: bytes) -> str:
     return hashlib.sha256(json.dumps(params, sort_keys=True).encode() + profile).hexdigest()[:16]
 
 
+def last_estimate(wiring: Wiring) -> tuple[Path, dict | None, str | None]:
+    """The last `snakemake estimate` output of this run, and why it is not an estimate of these
+    settings (None when it is): missing, or made from other params or another profile."""
+    step = wiring.steps[ESTIMATE]
+    path = Path(step.output("estimate"))
+    if not path.exists():
+        return path, None, f"there is no estimate of this run ({path})"
+    estimate = json.loads(path.read_text())
+    values, _ = step.params({})
+    params = {**{name: spec.get("default") for name, spec in step.decl["params"].items()}, **values}  # as the stage sees them
+    profile = Path(step.inputs({})["profile"][0])
+    if estimate.get("digest") != settings_digest(params, profile.read_bytes() if profile.exists() else b""):
+        return path, estimate, f"{path} was made with other settings or another profile"
+    return path, estimate, None
+
+
 def over_budget(wiring: Wiring, budget: float, running: set[str]) -> str | None:
     """One line naming the first model step of `running` (the rules about to run) whose projected cost
     exceeds `budget` (USD), or why the check cannot be made; None when every one fits or none is a
@@ -119,17 +136,10 @@ def over_budget(wiring: Wiring, budget: float, running: set[str]) -> str | None:
     if not any(rule in running for rule, step in wiring.steps.items()
                if any(spec.get("schema") == "llm" for spec in step.decl["params"].values())):
         return None
-    step = wiring.steps[ESTIMATE]
-    path = Path(step.output("estimate"))
     command = "snakemake estimate with the same --configfile"
-    if not path.exists():
-        return f"budget: estimate.budget is {budget:g} USD but there is no estimate of this run ({path}); run {command} first"
-    estimate = json.loads(path.read_text())
-    values, _ = step.params({})
-    params = {**{name: spec.get("default") for name, spec in step.decl["params"].items()}, **values}  # as the stage sees them
-    profile = Path(step.inputs({})["profile"][0])
-    if estimate.get("digest") != settings_digest(params, profile.read_bytes() if profile.exists() else b""):
-        return f"budget: {path} was made with other settings or another profile; run {command} again"
+    path, estimate, why = last_estimate(wiring)
+    if why:
+        return f"budget: estimate.budget is {budget:g} USD but {why}; run {command} {'first' if estimate is None else 'again'}"
     for rule in [r for r in estimate["order"] if r in running]:
         row = estimate["steps"][rule]
         if (row.get("usd") or 0) > budget:
