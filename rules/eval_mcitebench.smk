@@ -47,7 +47,7 @@ if W.enabled(EV) and (W.get(f"{EV}.release") or W.enabled("mcitebench")):
                    "swap_summary": W.every("score_mcitebench_swap", "summary") if _swap else None,
                    "agreement": W.every("validate_judge", "agreement") if W.get(f"{EV}.human_labels") else None},
            wiring={"scoring": W.setting("score_mcitebench", "scoring", f"{EV}.score_mcitebench"),
-                   "judges": [_judge["judge"], _swap["name"]] if _swap else []},
+                   **({"judges": [_judge["judge"], _swap["name"]]} if _swap else {})},
            files={"report": "report.md", "plot": "sem_by_modality.png", "rq2_plot": "sem_by_modality_pair.png", "db": "evaluation.duckdb"},
            reports={"report": _shown, "plot": _shown, "rq2_plot": _shown})
     W.evaluations += [W.steps["report_mcitebench"].output("report"), W.steps["validate_judge"].output("label_sheet")]

@@ -150,8 +150,12 @@ def test_rq2_judge_validation_and_judge_swap(tmp_path):
                  for scope in ("subjective", "objective", "all")]
     write_table(tmp_path / "agreement.parquet", agreement, "eval_judge_agreement")
     out = {"report": tmp_path / "r.md", "plot": tmp_path / "p.png", "rq2_plot": tmp_path / "rq2.png", "db": tmp_path / "e.duckdb"}
-    STAGE.main(args + ["--input", f"agreement={tmp_path / 'agreement.parquet'}", "--param", "judges=[j, k]"]
-               + [a for name, path in out.items() for a in ("--output", f"{name}={path}")])
+    outputs = [a for name, path in out.items() for a in ("--output", f"{name}={path}")]
+    for judges in ("[j]", "[j, k, l]"):  # the table has a column per judge of the two
+        with pytest.raises(SystemExit):
+            STAGE.main(args + ["--param", f"judges={judges}"] + outputs)
+        assert not out["report"].exists()
+    STAGE.main(args + ["--input", f"agreement={tmp_path / 'agreement.parquet'}", "--param", "judges=[j, k]"] + outputs)
     text = out["report"].read_text()
     assert out["rq2_plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rq2 = text.split("## RQ2: S-EM by modality combination (cf. Figure 5")[1].split("##")[0]

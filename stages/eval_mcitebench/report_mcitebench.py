@@ -210,7 +210,7 @@ def analyses(ctx, con, models: list[str], summary: dict, headline: str) -> list[
                   md_table(["Judge", "Scope", "Kind", "n", "F1", "Recall", "Precision", "Exact"], agreement_rows(rows))
                   if rows else "No labelled judgement yet: fill in validate_judge's label_sheet.csv and set evaluate.human_labels."]
     if ctx.has_input("swap_summary"):
-        judges = ctx.params["judges"] or ["judge", "swap judge"]
+        judges = ctx.params["judges"]
         other = {(r["model"], r["metric"]): r["value"] for r in ctx.read_rows("swap_summary")
                  if r["scoring"] == headline and r["grouping"] == "overall"}
         first = {(m, metric): row["value"] for (m, grouping, _, metric), row in summary.items() if grouping == "overall"}
@@ -298,7 +298,8 @@ STAGE = Stage(
     params={
         "title": Param(str, "MCiteBench evaluation", "report heading"),
         "scoring": Param(str, "strict", "the headline scoring mode: strict or reference (both are printed)", choices=("strict", "reference")),
-        "judges": Param(list, [], "names of the judge and the swap judge, for the judge swap table", items=str),
+        "judges": Param(list, ["judge", "swap judge"], "the names of the judge and of the swap judge, in that order, heading the judge swap table",
+                        items=str, min=2, max=2),
     },
     run=run,
     rejects={},
