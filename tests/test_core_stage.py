@@ -142,6 +142,8 @@ def test_help_lists_inputs_outputs_params(capsys, schema_dir):
     for expected in ("Make things.", "seed", "a seed file", "table things", "k ", "int [2]: multiplier", "label", "required",
                      "reject reasons:", "too_big", "n is above the limit"):
         assert expected in text
+    example = text.split("example (")[1]  # what the stage cannot run without, as flags
+    assert "--output out=out.parquet" in example and "--param label=VALUE" in example and "--param k=" not in example
 
 
 @pytest.mark.parametrize("how", ["raise", "reject", "reject_many"])

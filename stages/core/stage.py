@@ -256,6 +256,14 @@ class Stage:
         except LayoutError:  # a stage declared outside stages/<group>/ (tests, notebooks)
             return self.name
 
+    def _example(self) -> list[str]:
+        """A command line giving what the stage cannot run without, one flag a line."""
+        path = lambda name, table: f"{name}.parquet" if table else name.upper()  # noqa: E731
+        return ([self._prog()]
+                + [f"--input {name}={path(name, spec.kind == 'table')}" for name, spec in self.inputs.items() if not spec.optional]
+                + [f"--output {name}={path(name, spec.table)}" for name, spec in self.outputs.items()]
+                + [f"--param {name}=VALUE" for name, spec in self.params.items() if spec.default is REQUIRED])
+
     def _parser(self) -> argparse.ArgumentParser:
         lines = [f"stage {self.name} (version {self.version})", "", "inputs:"]
         for name, spec in self.inputs.items():
@@ -274,7 +282,9 @@ class Stage:
         lines += [f"  {reason:<22} {meaning}" for reason, meaning in self.rejects.items()]
         if self.prompts:
             lines.append("prompts (prompts/<name>.md): " + ", ".join(self.prompts))
-        lines += ["", "Sidecars next to the first output: <output>.rejects.parquet, <output>.report.json."]
+        lines += ["", "Sidecars next to the first output: <output>.rejects.parquet, <output>.report.json.",
+                  "", "example (what the stage cannot run without; `snakemake -n -p --forceall release` prints every job's own command):",
+                  "  " + " \\\n      ".join(self._example())]
         parser = argparse.ArgumentParser(
             prog=self._prog(),
             description=textwrap.dedent(self.doc or "").strip(),

@@ -1,7 +1,7 @@
 """Run one candidate model on an MCiteBench release in the benchmark's task format (mcitebench.txt §3.1,
 §5.1 "Implement Details"; Table 14 for the caption option).
 
-For each record of the release's `mcitebench.jsonl` (the released record format, see
+For each record of the release's `mcitebench.jsonl` (the released record format;
 tests/data/mcitebench_data_example.jsonl holds three real ones): the evidence and distractor items (5 in the benchmark) are shuffled by a
 generator seeded per question (`stages.core.ids.seeded_rng(seed, question_id)`, so the gold item's position is not the same in every
 question); text items are shown as "[k] text" with their `idx_2_text` number; figures and tables
