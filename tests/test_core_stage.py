@@ -113,6 +113,7 @@ def test_missing_and_unexpected_columns(tmp_path, schema_dir):
         (["--param", "label=x", "--param", "k=two"], "param 'k' must be int, got str 'two'"),
         (["--param", "label=x", "--param", "kk=2"], "unknown param(s) ['kk']"),
         ([], "param 'label' is required"),
+        (["--params", "[1, 2]"], "--params must be a mapping, got list"),  # inline JSON, not a file named [1, 2]
         (["--param", "label=x", "--input", "seed=/nonexistent/file"], "input 'seed': /nonexistent/file does not exist"),
         (["--param", "label=x", "--input", "sed=/tmp"], "unknown input(s) ['sed']"),
     ],

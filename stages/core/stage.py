@@ -311,7 +311,7 @@ def _pairs(items: list[str], what: str) -> dict[str, list[str]]:
 def load_params(stage: Stage, params_arg: str | None, overrides: list[str]) -> dict[str, Any]:
     given: dict[str, Any] = {}
     if params_arg:
-        text = params_arg if params_arg.lstrip().startswith("{") else _read_text(params_arg, "params file")
+        text = params_arg if params_arg.lstrip().startswith(("{", "[")) else _read_text(params_arg, "params file")
         try:
             loaded = _json_or_yaml(text) or {}
         except yaml.YAMLError as err:

@@ -131,7 +131,7 @@ STAGE = Stage(
         "instances": Output("reddit_instances", "VQA instances: one per (question, qualifying answer)", counted=False),
     },
     params={
-        "question_words": Param(list, help="a title must start with one of these (case-insensitive)", items=str),
+        "question_words": Param(list, help="a title must start with one of these (case-insensitive)", items=str, min=1),
         "min_answer_chars": Param(int, 500, "an answer must be longer than this many characters", min=0),
         "min_answer_sentences": Param(int, 3, "an answer needs at least this many sentences", min=1),
         "answers": Param(str, "all", "instances per question: every qualifying answer (Table 1), or the best one", choices=("all", "best")),
