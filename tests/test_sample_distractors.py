@@ -103,3 +103,14 @@ def test_too_few_elements_is_a_reject(tmp_path):
     out_q, _, rejects, _, _ = _run(tmp_path, "a", info_count=6)
     assert rejects["q4"] == rejects["q5"] == "too_few_elements"  # 5 paragraphs, 1-2 are evidence, 4-5 needed
     assert {"q1", "q2", "q3"} <= set(out_q)
+
+
+def test_min_distractors_that_leave_no_slot_for_evidence_is_one_line(tmp_path):
+    elements, questions, evidence = _inputs(tmp_path)
+    paths = {name: write(tmp_path / f"{name}.parquet", rows, f"mcitebench_{name}")
+             for name, rows in (("elements", elements), ("questions", questions), ("evidence", evidence))}
+    bad = run_stage("sample_distractors", *[a for name, path in paths.items() for a in ("--input", f"{name}={path}")],
+                    "--output", f"questions={tmp_path}/q.parquet", "--output", f"distractors={tmp_path}/d.parquet",
+                    "--param", "info_count=2", "--param", "min_distractors=2", check=False)
+    assert bad.returncode != 0 and "min_distractors (2) must be below info_count (2)" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "q.parquet").exists()

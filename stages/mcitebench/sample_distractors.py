@@ -79,8 +79,9 @@ def sample(question_id: str, evidence: list[dict], pool: list[dict], k: int, see
 
 def run(ctx):
     p = ctx.params
-    if p["info_count"] < 1 or p["min_distractors"] < 0:
-        raise StageError(f"info_count must be >= 1 and min_distractors >= 0, got {p['info_count']} and {p['min_distractors']}")
+    if p["min_distractors"] >= p["info_count"]:  # every question has an evidence item: it would reject them all
+        raise StageError(f"min_distractors ({p['min_distractors']}) must be below info_count ({p['info_count']}): "
+                         "a question's evidence takes at least one of its info_count items")
     elements_by_paper: dict[str, list[dict]] = collections.defaultdict(list)
     for e in ctx.read_rows("elements"):
         elements_by_paper[e["paper_id"]].append(e)
