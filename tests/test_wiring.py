@@ -182,6 +182,17 @@ def test_explain_says_which_config_key_names_a_missing_input(workflow_copy):
     assert "/nonexistent/RS_2099-01.zst  (config mavis.harvest_pushshift.files[0])" in tail
 
 
+def test_explain_reads_config_overrides_as_snakemake_does():
+    """A top-level --config is the `command line` layer; a dotted key, which Snakemake's --config
+    refuses, is refused here too, with the way to set it."""
+    done = subprocess.run([sys.executable, "-m", "stages.core.explain", "--config", "shards=4", "--rule", "filter_questions", "--no-dry-run"],
+                          cwd=REPO, capture_output=True, text=True, check=True)
+    assert "4 jobs" in done.stdout and "< command line" in done.stdout
+    dotted = subprocess.run([sys.executable, "-m", "stages.core.explain", "--config", "mavis.filter_questions.min_answer_chars=400", "--no-dry-run"],
+                            cwd=REPO, capture_output=True, text=True)
+    assert dotted.returncode != 0 and "takes top-level keys" in dotted.stderr and "recipe file of its own" in dotted.stderr
+
+
 def test_old_section_names_are_refused_with_the_new_name():
     config = demo_config()
     config["evaluate"] = copy.deepcopy(config.pop("eval_mcitebench"))

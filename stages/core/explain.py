@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from snakemake.cli import parse_config
 
 from .config import ConfigError, validate_config
 from .layout import ROOT
@@ -40,16 +41,14 @@ def layered_config(configfiles: list[str], overrides: list[str]) -> tuple[dict, 
         layers.append(("demo overlay", _load(DEMO)))
     layers += [(f"recipe {path}", _load(Path(path))) for path in configfiles]
     if overrides:
-        command_line: dict = {}
         for item in overrides:
-            key, sep, value = item.partition("=")
-            if not sep:
+            if "=" not in item:
                 raise SystemExit(f"explain: --config expects KEY=VALUE, got {item!r}")
-            node = command_line
-            *parents, leaf = key.split(".")
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[leaf] = yaml.safe_load(value)
+        try:  # Snakemake's own reading of --config, so that explain shows what runs
+            command_line = parse_config(overrides)
+        except ValueError as err:
+            raise SystemExit(f"explain: --config {' '.join(overrides)}: {err} Snakemake's --config takes top-level keys "
+                             "(e.g. shards=4); put a nested setting in a recipe file of its own (--configfile ... mine.yaml)") from None
         layers.append(("command line", command_line))
     merged: dict = {}
     for _, values in layers:
@@ -170,7 +169,7 @@ def would_run(configfiles: list[str], overrides: list[str], targets: list[str], 
     if missing:
         keys = dict(_config_strings(config or {}))
         lines = [f"(snakemake -n failed: rule {missing.group(1)} misses input files; the first such rule is named, others may follow)"]
-        for path in missing.group(2).split("\n"):
+        for path in sorted(missing.group(2).split("\n")):  # Snakemake lists them in a set's order
             path = path.strip()
             if path:  # a configured file, or a file in a configured folder (mavis.harvest_pushshift.subreddit_dumps)
                 key = keys.get(path) or keys.get(str(Path(path).parent))
@@ -236,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configfile", nargs="+", action="extend", default=[], help="recipe files, in order (as Snakemake's)")
     parser.add_argument("--config", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
-                        help="overrides, dotted keys (mavis.filter_questions.min_answer_chars=400)")
+                        help="top-level overrides, read as Snakemake reads them (shards=4); a nested setting goes in a recipe file")
     parser.add_argument("--rule", help="only this rule")
     parser.add_argument("--json", action="store_true", help="the whole report as JSON")
     parser.add_argument("--targets", nargs="+", default=["release", "evaluate"], help="targets of the dry run (default: release evaluate)")
