@@ -6,6 +6,7 @@ through the llm layer, where whatever it answers is either parsed ids or a count
 import json
 
 import pyarrow.parquet as pq
+import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Response
 
@@ -105,3 +106,14 @@ def test_an_unreadable_image_rejects_its_generation(tmp_path, httpserver: HTTPSe
               "--output", f"citations={tmp_path / 'again.parquet'}", "--params", json.dumps({"llm": llm}))
     [again] = pq.read_table(f"{tmp_path / 'again.parquet'}.rejects.parquet").to_pylist()
     assert again["reason"] == "image_unreadable" and "not_an_image" in again["detail"]
+
+
+def test_an_image_path_with_a_nul_is_image_unreadable():
+    """Found by the contract fuzz (seed 2718): a NUL in the item's image path raised ValueError from
+    the file system layer, a traceback instead of the generation's reject."""
+    from stages.attribution.attribution import cite_images
+    from stages.core.stage import Reject
+
+    with pytest.raises(Reject) as bad:
+        cite_images({"has_image": True}, {"image": "items/a\x00b.png"}, store=None, vision=True)
+    assert bad.value.reason == "image_unreadable" and "null byte" in bad.value.detail

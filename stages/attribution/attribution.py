@@ -285,8 +285,8 @@ def cite_images(gen: dict, item: dict | None, store, vision: bool) -> list[str]:
     path = Path(item["image"])
     try:
         image = normalize_image(path.read_bytes(), MAX_PIXELS)
-    except OSError as err:
-        raise Reject("image_unreadable", f"{path}: {err.strerror or err}") from None
+    except (OSError, ValueError) as err:  # ValueError: a NUL in the path
+        raise Reject("image_unreadable", f"{path!s:.300}: {getattr(err, 'strerror', None) or err}") from None
     except Reject as bad:
         raise Reject("image_unreadable", f"{path}: {bad.reason}: {bad.detail}") from None
     return [store.put(image.data, image.ext)]
