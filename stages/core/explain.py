@@ -156,7 +156,7 @@ def model_roles(param: str, spec: dict, value: Any):
 def would_run(configfiles: list[str], overrides: list[str], targets: list[str], config: dict | None = None) -> str:
     """Snakemake's own dry run: the jobs per rule that `snakemake <targets>` would run now; when it
     fails, why (Snakemake writes that to stdout), with each missing input file's config key."""
-    command = [sys.executable, "-m", "snakemake", *targets, "-n", "--quiet", "rules"]
+    command = [sys.executable, "-m", "snakemake", *targets, "-n", "--quiet", "rules", "--nolock"]  # read-only: beside a running build
     if configfiles:
         command += ["--configfile", *configfiles]
     if overrides:
