@@ -31,6 +31,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
+from stages.core.declarations import load_manifest
 from stages.core.estimate import settings_digest
 from stages.core.stage import Input, Output, Param, Stage, StageError
 from stages.core.tables import atomic_write_bytes
@@ -141,7 +142,7 @@ def _n(value, digits: int = 0) -> str:
     return f"{value:,.{digits}f}" if value >= 1 or not digits else f"{value:.2g}"
 
 
-def table(rows: dict[str, dict], other_gpu: list[str], profile_path: str, source: str) -> str:
+def table(rows: dict[str, dict], other_gpu: list[str], profile_path: str, source: str, unused: list[str]) -> str:
     head = "| step | stage | items | basis | model calls | prompt tokens | completion tokens | USD | GPU-hours | models |"
     lines = [head, "|" + "---|" * 10]
     for rule, r in rows.items():
@@ -162,6 +163,8 @@ def table(rows: dict[str, dict], other_gpu: list[str], profile_path: str, source
         notes.append(f"No price or throughput for: {', '.join(unpriced)}.")
     if other_gpu:
         notes.append(f"GPU steps without model calls, not estimated: {', '.join(other_gpu)}.")
+    if unused:
+        notes.append(f"Given for steps this run does not have (their family is off), not used: {', '.join(unused)}.")
     return "\n".join(lines + notes) + "\n"
 
 
@@ -209,16 +212,24 @@ def read_profile(path: str) -> tuple[bytes, dict]:
     return raw, profile
 
 
-def check_given(given: dict[str, int], steps: dict[str, dict]) -> None:
-    """Each given count names a step of this run, or one of its outputs: a misspelt key would
-    otherwise be ignored and the step projected as if nothing were given."""
+def check_given(given: dict[str, int], steps: dict[str, dict]) -> list[str]:
+    """Each given count names a step of this run or one of its outputs: a misspelt key would
+    otherwise be ignored and the step projected as if nothing were given. A key naming a step of a
+    family this run leaves off (its rule is a declared stage's name, or one with a prefix or suffix,
+    as m2rag_search_web or judge_answers_swap) is not used; those keys are returned."""
+    stages = load_manifest()
+    unused = []
     for key in given:
         rule, _, output = key.partition(".")
         if rule not in steps:
+            if any(rule == s or rule.endswith(f"_{s}") or rule.startswith(f"{s}_") for s in stages):
+                unused.append(key)
+                continue
             near = difflib.get_close_matches(rule, steps, 1)
             raise StageError(f"given: {key!r} names no step of this run" + (f" (did you mean {near[0]!r}?)" if near else ""))
         if output and output not in steps[rule]["outputs"]:
             raise StageError(f"given: {key!r}: step {rule} has no output {output!r} (its outputs: {', '.join(steps[rule]['outputs'])})")
+    return unused
 
 
 def run(ctx) -> None:
@@ -233,14 +244,14 @@ def run(ctx) -> None:
         if missing:
             raise StageError(f"plan.measured[{key}] names {missing[0]}, which is not an input")
         counted[key] = count_rows(paths)
-    check_given(p["given"], plan["steps"])
+    unused = check_given(p["given"], plan["steps"])
     projection = Projection(plan, counted, p["given"], profile.get("rules", {}))
     models = [rule for rule in plan["order"] if plan["steps"][rule]["kind"] == "model"]
     ctx.add_input(len(models))
     rows = {rule: estimate_step(rule, plan["steps"][rule], projection, profile.get("rules", {}), p["prices"], p["throughput"])
             for rule in models}
     other_gpu = [rule for rule in plan["order"] if plan["steps"][rule]["kind"] == "other" and plan["steps"][rule]["gpu"]]
-    text = table(rows, other_gpu, profile_path, profile.get("source", "unknown source"))
+    text = table(rows, other_gpu, profile_path, profile.get("source", "unknown source"), unused)
     result = {"digest": settings_digest(p, profile_bytes), "counted": counted, "order": models, "steps": rows,
               "total_usd": round(sum(r["usd"] or 0 for r in rows.values()), 2),
               "total_gpu_hours": round(sum(r["gpu_hours"] or 0 for r in rows.values()), 2)}
