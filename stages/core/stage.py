@@ -277,6 +277,8 @@ class Stage:
         lines.append("params (default in brackets):")
         for name, spec in self.params.items():
             default = "required" if spec.default is REQUIRED else json.dumps(spec.default)
+            if spec.schema and spec.default == {}:  # a run-wide section: its keys have defaults of their own
+                default += ": each key at the schema's default"
             lines.append(f"  {name:<22} {spec.type.__name__}{spec.bounds()} [{default}]: {spec.help}")
         lines.append("reject reasons:" if self.rejects else "reject reasons: none")
         lines += [f"  {reason:<22} {meaning}" for reason, meaning in self.rejects.items()]
