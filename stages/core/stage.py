@@ -245,8 +245,7 @@ class Stage:
             args = self._parser().parse_args(argv)
             ctx = Context.from_args(self, args)
             report = ctx.execute()
-        except StageError as err:
-            log.error("%s", err)
+        except StageError as err:  # one line, on stderr (which Snakemake sends to the job's log)
             sys.exit(f"{self.name}: error: {err}")
         log.info("done: %s", _summary(report))
 
