@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import stat
 import struct
 import subprocess
 import sys
@@ -16,8 +18,9 @@ from PIL import Image
 from pytest_httpserver import HTTPServer
 from werkzeug import Response
 
+from stages.core.fetch import WarcRecorder
 from stages.core.images import ImageStore, normalize_image
-from stages.core.stage import Reject
+from stages.core.stage import Reject, StageError
 
 LOCAL_FETCH = {"allow_networks": ["127.0.0.1/32"], "timeout_s": 3.0, "attempts": 3, "backoff_s": 0.05}
 
@@ -233,13 +236,20 @@ def test_record_warc_replaces_only_a_warc_and_only_in_record_mode(tmp_path):
                                "--output", f"images={tmp_path / 'images.parquet'}", "--params", params], capture_output=True, text=True)
 
     record = {"mode": "record", "attempts": 1}
-    for target, expected in ((precious, "exists and is not a gzipped WARC file"), (tmp_path / "folder", "is a folder"),
-                             (Path("/proc/citeforge/x.warc.gz"), "cannot write"),
-                             ):
+    empty = tmp_path / "__init__.py"
+    empty.write_text("")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for target, expected in ((precious, "exists and is not a gzipped WARC file"), (empty, "exists and is not a gzipped WARC file"),
+                             (tmp_path / "folder", "it is a folder"), (fifo, "not a regular file"), (Path("/dev/null"), "not a regular file"),
+                             (Path("/proc/citeforge/x.warc.gz"), "cannot write")):
         bad = run(record, str(target))
         assert bad.returncode != 0 and expected in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
-        assert "param record_warc" in bad.stderr and str(target) in bad.stderr
-    assert precious.read_text() == "not a WARC\n" and not (tmp_path / "images.parquet").exists()
+        assert f"WARC file {target}" in bad.stderr
+    assert precious.read_text() == "not a WARC\n" and empty.read_text() == "" and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and not (tmp_path / "images.parquet").exists()
+    with pytest.raises(StageError, match="exists and is not a gzipped WARC file"):  # every recorder checks: the harvests' too
+        WarcRecorder(precious)
     ignored = run({"mode": "live"}, str(tmp_path / "new.warc.gz"))
     assert ignored.returncode != 0 and "a WARC is written in mode 'record' only" in ignored.stderr
     # an earlier recording is a WARC: record mode writes over it

@@ -288,7 +288,7 @@ def cite_images(gen: dict, item: dict | None, store, vision: bool) -> list[str]:
     except (OSError, ValueError) as err:  # ValueError: a NUL in the path
         raise Reject("image_unreadable", f"{path!s:.300}: {getattr(err, 'strerror', None) or err}") from None
     except Reject as bad:
-        raise Reject("image_unreadable", f"{path}: {bad.reason}: {bad.detail}") from None
+        raise Reject("image_unreadable", f"{path!s:.300}: {bad.reason}: {bad.detail}") from None
     return [store.put(image.data, image.ext)]
 
 

@@ -36,6 +36,7 @@ import ipaddress
 import json
 import os
 import socket
+import stat
 import tempfile
 import threading
 import zlib
@@ -208,7 +209,7 @@ class WarcRecorder:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        check_record_target(self.path)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         self._tmp = Path(tmp)
         self._fh = os.fdopen(fd, "wb")
@@ -610,22 +611,26 @@ def stage_fetch_settings(ctx) -> FetchSettings:
         return settings
     if not record:
         raise StageError("fetch mode is 'record' but param record_warc (the WARC file to write) is empty")
-    _check_record_target(Path(record))
+    check_record_target(Path(record))  # before any fetch (the recorder checks again when it opens)
     return settings
 
 
-def _check_record_target(target: Path) -> None:
-    """Record mode replaces the file at record_warc: that must be a WARC (an earlier recording) or
-    nothing, never a folder or some other file, and its folder must take a file."""
+def check_record_target(target: Path) -> None:
+    """A recording replaces the file at its path: that must be nothing or a regular file holding a
+    gzipped WARC (an earlier recording; empty only when named .warc.gz), never a folder, a device
+    or some other file, and its folder must take a file."""
     try:
-        if target.is_dir():
-            raise StageError(f"param record_warc: {target} is a folder, not the WARC file to write")
-        if target.exists() and target.stat().st_size and not _is_gzipped_warc(target):
-            raise StageError(f"param record_warc: {target} exists and is not a gzipped WARC file; "
-                             "record mode would replace it, so name a new file")
+        if target.exists() or target.is_symlink():
+            kind = os.stat(target).st_mode
+            if not stat.S_ISREG(kind):
+                raise StageError(f"WARC file {target}: it is {'a folder' if stat.S_ISDIR(kind) else 'not a regular file'}, "
+                                 "not a WARC file a recording may replace")
+            if not (_is_gzipped_warc(target) or (target.stat().st_size == 0 and target.name.endswith(".warc.gz"))):
+                raise StageError(f"WARC file {target}: it exists and is not a gzipped WARC file; "
+                                 "a recording would replace it, so name a new file")
         probe_folder(target.parent, target.name)
     except OSError as err:
-        raise StageError(f"param record_warc: cannot write {target}: {err.strerror or err}") from None
+        raise StageError(f"WARC file {target}: cannot write it: {err.strerror or err}") from None
 
 
 def _is_gzipped_warc(path: Path) -> bool:
