@@ -10,8 +10,6 @@ import os
 import sys
 from pathlib import Path
 
-from snakemake.exceptions import WorkflowError
-
 from stages.core.config import ConfigError, validate_config
 from stages.core.estimate import last_estimate, over_budget
 from stages.core.wiring import WiringError, load_steps
@@ -62,12 +60,7 @@ rule estimate:  # the model steps' calls, tokens and cost, after running only th
     input:
         W.steps["estimate_cost"].output("table"),
     localrule: True
-    run:  # a rule with no output always runs: Snakemake keeps an estimate whose steps cannot run (an
-        # input missing) as if it were a source file, and it would pass for this run's
-        _, _, stale = last_estimate(W)
-        if stale:
-            raise WorkflowError(f"estimate: {stale}, and this run could not remake it: `snakemake -n {input[0]}` "
-                                "with the same --configfile names what is missing")
+    run:  # a rule with no output runs on every call: the table is printed each time (onstart checks it is this run's)
         print(Path(input[0]).read_text())
 
 
@@ -83,10 +76,19 @@ onstart:
     # `snakemake estimate` of the same settings: a model step that would run and costs more stops the
     # run here (the projection needs the whole DAG's counts, which only the estimate has; a check
     # inside a job would see one shard, after the steps before it had spent). Dry runs skip hooks.
+    _running = {job.rule.name for job in workflow.dag.needrun_jobs()}
     if W.get("estimate.budget") is not None:
-        _over = over_budget(W, W.get("estimate.budget"), {job.rule.name for job in workflow.dag.needrun_jobs()})
+        _over = over_budget(W, W.get("estimate.budget"), _running)
         if _over:
             sys.exit(_over)
+    # Snakemake keeps an estimate it will not remake (its steps cannot run for a missing input, or
+    # it looks up to date by other triggers) as if it were a source file: it must not pass for this run's
+    if "estimate" in workflow.dag_settings.targets and "estimate_cost" not in _running:
+        _, _, _stale = last_estimate(W)
+        if _stale:
+            _table = W.steps["estimate_cost"].output("table")
+            sys.exit(f"estimate: {_stale}, and Snakemake will not remake it: `snakemake -n {_table}` with the same "
+                     "--configfile names an input it lacks; if none is missing, add --forcerun estimate_cost")
 
 
 onsuccess:

@@ -134,7 +134,7 @@ def test_a_count_given_for_no_step_is_one_line_and_an_estimate_of_other_settings
                                                   "mavis": {"harvest_pushshift": {"files": ["data/samples/reddit/gone.zst"]}}}))
     stale = run_snakemake(wf, "estimate", "--configfile", "config/demo.yaml", "gone.yaml", check=False)
     said = stale.stdout + stale.stderr
-    assert stale.returncode != 0 and "estimate.json was made with other settings or another profile, and this run could not remake it" in said
+    assert stale.returncode != 0 and "estimate.json was made with other settings or another profile, and Snakemake will not remake it" in said
     assert "| **total** |" not in stale.stdout
 
 

@@ -24,15 +24,13 @@ printed). Nothing is rejected: rows in = model steps = rows of `estimate`.
 """
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import yaml
 
-from stages.core.declarations import load_manifest
-from stages.core.estimate import settings_digest
+from stages.core.estimate import settings_digest, unused_given
 from stages.core.stage import Input, Output, Param, Stage, StageError
 from stages.core.tables import atomic_write_bytes
 
@@ -212,26 +210,6 @@ def read_profile(path: str) -> tuple[bytes, dict]:
     return raw, profile
 
 
-def check_given(given: dict[str, int], steps: dict[str, dict]) -> list[str]:
-    """Each given count names a step of this run or one of its outputs: a misspelt key would
-    otherwise be ignored and the step projected as if nothing were given. A key naming a step of a
-    family this run leaves off (its rule is a declared stage's name, or one with a prefix or suffix,
-    as m2rag_search_web or judge_answers_swap) is not used; those keys are returned."""
-    stages = load_manifest()
-    unused = []
-    for key in given:
-        rule, _, output = key.partition(".")
-        if rule not in steps:
-            if any(rule == s or rule.endswith(f"_{s}") or rule.startswith(f"{s}_") for s in stages):
-                unused.append(key)
-                continue
-            near = difflib.get_close_matches(rule, steps, 1)
-            raise StageError(f"given: {key!r} names no step of this run" + (f" (did you mean {near[0]!r}?)" if near else ""))
-        if output and output not in steps[rule]["outputs"]:
-            raise StageError(f"given: {key!r}: step {rule} has no output {output!r} (its outputs: {', '.join(steps[rule]['outputs'])})")
-    return unused
-
-
 def run(ctx) -> None:
     p = ctx.params
     plan = p["plan"]
@@ -244,7 +222,10 @@ def run(ctx) -> None:
         if missing:
             raise StageError(f"plan.measured[{key}] names {missing[0]}, which is not an input")
         counted[key] = count_rows(paths)
-    unused = check_given(p["given"], plan["steps"])
+    try:
+        unused = unused_given(p["given"], plan["steps"])
+    except ValueError as err:
+        raise StageError(str(err)) from None
     projection = Projection(plan, counted, p["given"], profile.get("rules", {}))
     models = [rule for rule in plan["order"] if plan["steps"][rule]["kind"] == "model"]
     ctx.add_input(len(models))

@@ -18,12 +18,14 @@ rows out per row in, from the profile).
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from pathlib import Path
 
+from .declarations import load_manifest
 from .explain import model_roles
-from .wiring import Step, Wiring
+from .wiring import Step, Wiring, WiringError
 
 ESTIMATE = "estimate_cost"
 
@@ -96,10 +98,37 @@ def plan(wiring: Wiring) -> dict:
             elif up in steps:
                 need(up)
 
+    try:  # before any free step runs for a count that was meant to be given
+        unused_given(given, steps)
+    except ValueError as err:
+        raise WiringError(f"estimate.{err}") from None
     for name, entry in steps.items():
         if entry["kind"] == "model":
             need(name)
     return {"order": list(steps), "steps": steps, "measured": measured}
+
+
+def unused_given(given: dict, steps: dict[str, dict]) -> list[str]:
+    """The `estimate.given` keys naming a step of a family this run leaves off (not used); a key
+    naming neither a step of the plan nor such a step, or an output its step lacks, is a ValueError:
+    a misspelt key would be ignored and the step projected as if nothing were given. A step of a
+    family left off is a rule named after a stage no step of the run uses (m2rag_search_web,
+    judge_answers_swap: a stage's name with a prefix or suffix)."""
+    manifest = load_manifest()
+    running = {step["stage"] for step in steps.values()}
+    absent = [name for name, entry in manifest.items() if name not in running and entry["family"] not in ("catalog", "reports")]
+    unused = []
+    for key in given:
+        rule, _, output = key.partition(".")
+        if rule not in steps:
+            if any(rule == s or rule.endswith(f"_{s}") or rule.startswith(f"{s}_") for s in absent):
+                unused.append(key)
+                continue
+            near = difflib.get_close_matches(rule, steps, 1)
+            raise ValueError(f"given: {key!r} names no step of this run" + (f" (did you mean {near[0]!r}?)" if near else ""))
+        if output and output not in steps[rule]["outputs"]:
+            raise ValueError(f"given: {key!r}: step {rule} has no output {output!r} (its outputs: {', '.join(steps[rule]['outputs'])})")
+    return unused
 
 
 def measured_steps(wiring: Wiring, the_plan: dict) -> list[str]:
