@@ -11,6 +11,10 @@ The configuration is layered as Snakemake layers it (stages/core/wiring.py): con
 (`recipe <file>`), then --config KEY=VALUE (`command line`). A param no layer sets is the stage's
 own default (`stage default`); `rule wiring` is what the rule file fixes (columns, scopes, per-job
 values); `model layer default` is stages/core/llm/settings.py's DEFAULTS.
+
+Exit status: 0 when the report is printed and Snakemake's dry run plans the targets; 1 when the
+report is printed but the dry run cannot plan them (missing input files, named above the line that
+says so), so a script can stop there; otherwise the error's one line.
 """
 from __future__ import annotations
 
@@ -153,9 +157,10 @@ def model_roles(param: str, spec: dict, value: Any):
                 yield f"answerers[{item.get('name')}]", item["llm"]
 
 
-def would_run(configfiles: list[str], overrides: list[str], targets: list[str], config: dict | None = None) -> str:
-    """Snakemake's own dry run: the jobs per rule that `snakemake <targets>` would run now; when it
-    fails, why (Snakemake writes that to stdout), with each missing input file's config key."""
+def would_run(configfiles: list[str], overrides: list[str], targets: list[str], config: dict | None = None) -> tuple[bool, str]:
+    """Snakemake's own dry run: whether it plans, and the jobs per rule that `snakemake <targets>`
+    would run now, or why it cannot (Snakemake writes that to stdout), with each missing input
+    file's config key."""
     command = [sys.executable, "-m", "snakemake", *targets, "-n", "--quiet", "rules", "--nolock"]  # read-only: beside a running build
     if configfiles:
         command += ["--configfile", *configfiles]
@@ -163,7 +168,7 @@ def would_run(configfiles: list[str], overrides: list[str], targets: list[str], 
         command += ["--config", *overrides]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if done.returncode == 0:
-        return done.stdout.strip()
+        return True, done.stdout.strip()
     said = done.stdout + done.stderr
     missing = re.search(r"Missing input files for rule (\S+?):.*?affected files:\n((?:[ \t]+\S[^\n]*\n?)+)", said, re.S)
     if missing:
@@ -174,10 +179,10 @@ def would_run(configfiles: list[str], overrides: list[str], targets: list[str], 
             if path:  # a configured file, or a file in a configured folder (mavis.harvest_pushshift.subreddit_dumps)
                 key = keys.get(path) or keys.get(str(Path(path).parent))
                 lines.append(f"  {path}" + (f"  (config {key})" if key else ""))
-        return "\n".join(lines)
+        return False, "\n".join(lines)
     noise = ("Using workflow specific profile", "Config file ", "Assuming unrestricted", "Building DAG", "Aborting")
     kept = [line for line in said.splitlines() if line.strip() and not line.startswith(noise)]
-    return "(snakemake -n failed)\n" + "\n".join(kept[-30:])
+    return False, "(snakemake -n failed)\n" + "\n".join(kept[-30:])
 
 
 def _config_strings(values: Any, where: str = ""):
@@ -256,14 +261,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.job_params:
         print(json.dumps(job_params(report["rules"][args.rule]), indent=1, default=str))
         return
+    planned = True
     if not args.no_dry_run:
-        report["would_run"] = would_run(args.configfile, args.config, args.targets, config)
+        planned, report["would_run"] = would_run(args.configfile, args.config, args.targets, config)
     if args.json:
         print(json.dumps(report, indent=1, default=str))
     else:
         print(render(report))
         if "would_run" in report:
             print("\nwould run (snakemake -n " + " ".join(args.targets) + "):\n" + report["would_run"])
+    if not planned:
+        sys.exit("explain: Snakemake cannot plan " + " ".join(args.targets) + " with this configuration yet (see above)")
 
 
 if __name__ == "__main__":
