@@ -189,17 +189,38 @@ def test_select_inputs_app_e(tmp_path, aux, captions):
     folder = make_m2rag_release(tmp_path / "rel", aux=aux, captions=captions, manifest=False)
     tables = read_release(folder)
     pages, images = select_inputs("eli5:q0", group_inputs(tables), Selection(text_per_page=2, min_text_score=3, min_image_score=3, max_page_images=1,
-                                                               max_aux_images=5, max_images=10))
+                                                               max_aux_images=5, max_images=2))
     assert [p["rank"] for p in pages] == [1, 2]
     # top 2 pieces per page (the 1.0 advertisement is below the minimum), page order kept, image in place
     assert [b["text"] is None for b in pages[0]["blocks"]] == [False, True, False]
-    assert [b["text"] is None for b in pages[1]["blocks"]] == [False, False]  # page 2's image lost to max_page_images = 1
     assert images[0]["score"] == 9.0 and images[0]["source"] == "page"
-    if aux:
-        assert [(i["n"], i["source"]) for i in images] == [(1, "page"), (2, "aux")]  # the aux image scored 2 is below 3
+    if aux:  # page 2's image (5) loses to the auxiliary one (8) under max_images = 2; the aux image scored 2 is below 3
+        assert [b["text"] is None for b in pages[1]["blocks"]] == [False, False]
+        assert [(i["n"], i["source"], i["score"]) for i in images] == [(1, "page", 9.0), (2, "aux", 8.0)]
         assert images[0]["caption_mode"] == "model"
-    else:  # a release without aux_images and captions: none, and alt text stands in
-        assert len(images) == 1 and images[0]["caption"] == "diagram 1 of light scattering" and images[0]["caption_mode"] == "alt"
+    else:  # a release without aux_images and captions: none, both pages' images, alt text stands in
+        assert [b["text"] is None for b in pages[1]["blocks"]] == [False, True, False]
+        assert [(i["n"], i["page_rank"]) for i in images] == [(1, 1), (2, 2)]
+        assert images[0]["caption"] == "diagram 1 of light scattering" and images[0]["caption_mode"] == "alt"
+
+
+def test_select_inputs_caps_each_page_then_all_by_score():
+    """The seed's code (filter_images_and_reorganize_webpages, max_images_per_sample 5): 5 images of
+    each page and 5 auxiliary ones, then the best 10 of them by score, ties to the earlier. Two
+    pages of six images scored 9 and five auxiliary images scored 8 give ten page images."""
+    pages = [{"id": f"p{r}", "query_id": "q", "rank": r, "title": "", "url": ""} for r in (1, 2)]
+    images = [{"element_id": f"p{r}e{k}", "page_id": f"p{r}", "order": k, "score": 9, "url": f"p{r}/{k}", "sha256": None}
+              for r in (1, 2) for k in range(6)]
+    aux = [{"query_id": "q", "url": f"aux/{k}", "sha256": None, "score": 8} for k in range(5)]
+    tables = {"pages": pages, "elements": [dict(i, kind="image", text="") for i in images], "images": images, "aux_images": aux}
+    _, chosen = select_inputs("q", group_inputs(tables), Selection())
+    assert [i["url"] for i in chosen] == [f"p{r}/{k}" for r in (1, 2) for k in range(5)]
+    aux[4]["score"] = 9.5  # the best of all now: nine page images (page 2's last loses the tie) and one auxiliary
+    _, chosen = select_inputs("q", group_inputs(tables), Selection())
+    assert [i["url"] for i in chosen] == [*(f"p1/{k}" for k in range(5)), *(f"p2/{k}" for k in range(4)), "aux/4"]
+    images[0]["score"] = 2  # below min_image_score: page 1's sixth image takes its place
+    _, chosen = select_inputs("q", group_inputs(tables), Selection())
+    assert [i["url"] for i in chosen][:5] == [f"p1/{k}" for k in range(1, 6)]
 
 
 def test_separate_places_images_by_caption_similarity():

@@ -5,8 +5,9 @@
   auxiliary images and images captioned by their alt text (`caption_mode` "alt"). M2RAG's own
   published benchmark (M2RAG-Bench's `dev_set.jsonl`) reads as the same tables (`read_dev_set`).
 - Input selection (App. E): per page the top `text_per_page` pieces by score (at least
-  `min_text_score`), kept in page order; the page images and the auxiliary images scored at least
-  `min_image_score`, the best `max_page_images` and `max_aux_images` of each, `max_images` in all.
+  `min_text_score`), kept in page order; the images scored at least `min_image_score`: each page's
+  best `max_page_images`, the best `max_aux_images` auxiliary ones, then the best `max_images` of
+  those (the public code's reading of App. E's "web page specific images restricted to 5").
 - Placeholders (§3): an image in an answer is `![short caption](image_<n>)`, n the input image's
   number; anything else (`image_99`, a real url) points to no image and is counted, not judged.
 - Metric arithmetic (§6, App. D): 0-10 judge scores clamped and normalised to 0-1; RAGAS context
@@ -218,16 +219,25 @@ def select_inputs(query_id: str, grouped: dict[str, dict[str, list]], sel: Selec
     """(pages, images) of one query, from the release grouped by group_inputs. pages: [{rank,
     title, url, blocks}] in rank order, blocks the kept text pieces and images in page order
     ({"text": ...} or {"image": n}); images: the chosen input images numbered 1.. (page images in
-    page order first, then auxiliary ones)."""
+    page order first, then auxiliary ones).
+
+    Images as App. E and the public code (filter_images_and_reorganize_webpages) choose them: each
+    page's best `max_page_images` and the best `max_aux_images` auxiliary images scored at least
+    `min_image_score`, then the best `max_images` of those by score, ties to the earlier (pages in
+    rank order, each in page order, then the auxiliary images)."""
     pages = sorted(grouped["pages"].get(query_id, []), key=lambda p: p["rank"])
     rank = {p["id"]: p["rank"] for p in pages}
-    on_pages = sorted((placed for page_id in rank for placed in grouped["images"].get(page_id, [])), key=lambda placed: placed[0])
-    page_images = [dict(i, rank=rank[i["page_id"]]) for _, i in on_pages]  # in table order, as ties among them fall
+    candidates = []  # (source, image)
+    for page_id in rank:  # a page's images in table order, as ties among them fall
+        placed = sorted(grouped["images"].get(page_id, []), key=lambda placed: placed[0])
+        best = _best([dict(i, rank=rank[page_id]) for _, i in placed], sel.max_page_images, sel.min_image_score)
+        candidates += [("page", i) for i in sorted(best, key=lambda i: i["order"])]
     aux = [dict(a, order=i) for i, a in enumerate(grouped["aux_images"].get(query_id, []))]
-    n_aux = min(sel.max_aux_images, sel.max_images)
-    chosen_aux = _best(aux, n_aux, sel.min_image_score)
-    chosen_page = _best(page_images, min(sel.max_page_images, sel.max_images - len(chosen_aux)), sel.min_image_score)
-    chosen_page.sort(key=lambda i: (i["rank"], i["order"]))
+    candidates += [("aux", a) for a in sorted(_best(aux, sel.max_aux_images, sel.min_image_score), key=lambda a: a["order"])]
+    kept = sorted(range(len(candidates)), key=lambda k: -candidates[k][1]["score"])[: sel.max_images]  # stable: ties to the earlier
+    chosen = [candidates[k] for k in sorted(kept)]
+    chosen_page = [image for source, image in chosen if source == "page"]
+    chosen_aux = [image for source, image in chosen if source == "aux"]
     images, number = [], {}
     for img in chosen_page:
         number[img["element_id"]] = len(images) + 1

@@ -2,8 +2,9 @@
 
 Input (App. E, `stages.eval_m2rag.m2rag_eval.select_inputs`): per query the top `text_per_page` text
 pieces of each page by score (seed 20) scored at least `min_text_score`, and at most `max_images`
-images (seed 10): the best `max_page_images` page images and `max_aux_images` auxiliary images
-(seed 5 each) scored at least `min_image_score` (the seed's code: 3). Images are numbered and
+images (seed 10) scored at least `min_image_score` (the seed's code: 3): each page's best
+`max_page_images` and the best `max_aux_images` auxiliary images (seed 5 each, per page as the
+seed's code reads "web page specific images restricted to 5"), then the best `max_images` of those. Images are numbered and
 written as markdown placeholders `![caption](image_<n>)` (§3); a model that sees images (`vision`)
 gets each as a `thumbnail`-sized image in its place in the page (auxiliary images in their own
 section, §5.2); a text-only model gets its caption (the release's caption, or its alt text when the
@@ -265,7 +266,7 @@ STAGE = Stage(
         "text_per_page": Param(int, 20, "top text pieces per page by score (App. E: 20)", min=0),
         "min_text_score": Param(float, 3.0, "lowest text piece score kept (the seed's code: 3)", min=0, max=10),
         "min_image_score": Param(float, 3.0, "lowest image score kept (the seed's code: 3)", min=0, max=10),
-        "max_page_images": Param(int, 5, "most page images per query (App. E: 5)", min=0),
+        "max_page_images": Param(int, 5, "most images of each page (App. E: 5; per page, as the seed's code reads it)", min=0),
         "max_aux_images": Param(int, 5, "most auxiliary images per query (App. E: 5)", min=0),
         "max_images": Param(int, 10, "most input images per query (App. E: 10)", min=0),
         "thumbnail": Param(int, 512, "images shown to a vision model fit in a square of this many pixels (App. E: 512)", min=16),
