@@ -108,3 +108,52 @@ def test_a_repeated_citation_counts_per_occurrence_in_reference_only(tmp_path):
     assert summary[("strict", "citation_f1")] == pytest.approx(100 * 2 / 3, abs=1e-3)
     for mode in ("strict", "reference"):
         assert summary[(mode, "source_f1")] == pytest.approx(100 * 2 / 3, abs=1e-3)
+
+
+# Four responses whose reference C-F1 the public scorer (calculate_citation_source_score.py: its
+# compute_cit_recall / compute_cit_precision / compute_f1, then mean_rpf and `.2f`) gives as
+# 61.29032258064516, 33.33333333333333, 45.45454545454545, 68.18181818181817 and prints as 52.07
+# (exact mean 52.0650049); rounding each response to 4 decimals first printed 52.06.
+PUBLIC_ROUNDING_CASE = [
+    ([["[1]", "[4]"], ["[4]", "[5]", "[3]"], ["[4]"], ["[2]"]], [2, 1, 1, 0], [[1, 0], [1, 1, 0], [1], [1]]),
+    ([["[2]", "[3]", "[1]"], ["[2]", "[5]", "[3]"], ["[2]"]], [1, 1, 2], [[0, 0, 0], [1, 1, 0], [0]]),
+    ([["[4]", "[2]", "[1]"], ["[3]"], ["[1]", "[4]", "[5]"], ["[3]"]], [2, 0, 0, 2], [[1, 1, 0], [0], [0, 0, 0], [1]]),
+    ([["[5]", "[3]"], ["[3]"], ["[1]", "[2]"], ["[5]"]], [2, 1, 0, 2], [[1, 0], [1], [0, 1], [1]]),
+]
+PUBLIC_C_F1 = [61.29032258064516, 33.33333333333333, 45.45454545454545, 68.18181818181817]
+
+
+def test_reference_scores_follow_the_public_arithmetic_to_the_last_bit_and_are_not_rounded():
+    from stages.eval_mcitebench.mcitebench_metrics import reference_scores
+    from stages.eval_mcitebench.score_mcitebench import summarize
+
+    rows = []
+    for k, (cited, supports, relevances) in enumerate(PUBLIC_ROUNDING_CASE):
+        sentences = [{"id": f"r{k}s{i}", "citations": list(dict.fromkeys(c)), "citations_as_written": c} for i, c in enumerate(cited)]
+        judgements = [{"sentence_id": s["id"], "kind": "support", "item": None, "score": sup} for s, sup in zip(sentences, supports)]
+        judgements += [{"sentence_id": s["id"], "kind": "relevance", "item": item, "score": score}
+                       for s, scores in zip(sentences, relevances) for item, score in zip(s["citations_as_written"], scores)]
+        scores = reference_scores(sentences, judgements, [c for s in cited for c in s], ["[1]"], {"rating": 2, "status": "judged"})
+        rows.append({**scores, "model": "m", "question_type": "explanation", "source": "single", "modality": "text"})
+    assert [r["citation_f1"] for r in rows] == PUBLIC_C_F1
+    summary = {(r["grouping"], r["metric"]): r["value"] for r in summarize("m", rows, "reference")}
+    assert f"{summary[('type_source', 'citation_f1')]:.2f}" == "52.07"
+
+
+@pytest.mark.parametrize("field,value", [("question", "  "), ("answer", ""), ("answer", None), ("explanation", ""), ("explanation", 7)])
+def test_reference_accuracy_is_the_sentinel_where_the_public_judge_skips_the_call(field, value):
+    """eval_response_acc.py rates -1 without asking when a field it sends is empty after strip (a
+    value that is not text fails its .strip(), also -1); strict still judges the answer."""
+    from stages.eval_mcitebench.score_mcitebench import score_response
+
+    row = response_row("q1", "It rises [1].", ["[1]"])
+    row.update(question_type="locating", meta_json=json.dumps({"explanation": "Figure 1 shows it.", "answer": "A"}))
+    parsed, sentences = parse_response(row)
+    answer = {"rating": 2, "status": "judged"}
+    assert score_response(row, parsed, sentences, [], answer, "reference")["accuracy"] == 100.0
+    if field == "explanation":
+        row["meta_json"] = json.dumps({"explanation": value, "answer": "A"})
+    else:
+        row[field] = value
+    assert score_response(row, parsed, sentences, [], answer, "reference")["accuracy"] == -50.0
+    assert score_response(row, parsed, sentences, [], answer, "strict")["accuracy"] == 100.0

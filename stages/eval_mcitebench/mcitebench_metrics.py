@@ -12,6 +12,7 @@ enters a mean:
 | failed citation judge call | the response's C-R / C-P / C-F1 missing | scored 0 |
 | failed answer judge call | Acc missing | rating -1 (the scorer's sentinel), i.e. -50 in the mean |
 | empty response | Acc 0 (rated 0 without a call) | rating -1: -50 in the mean |
+| empty question, reference answer or (locating) explanation | judged | rating -1 without a call (`public_judge_skips`) |
 | a citation repeated in a sentence ("[1][1][3]") | counts once: C-P of the distinct items | each occurrence scored: C-P (1 + 1 + 0) / 3 |
 
 Read from the public scorer (evaluation/eval_citation_f1_source_f1_em: judge_entailment.py,
@@ -30,10 +31,25 @@ scorer leaves the response out of that mean.
 """
 from __future__ import annotations
 
-from statistics import mean
+from stages.core.schema_check import read_json
 
 SUPPORT_CREDIT = {0: 0.0, 1: 0.5, 2: 1.0}
 SENTINEL = -1  # the reference scorer's answer_rating for a failed call or an empty response
+
+
+def public_judge_skips(response: dict) -> bool:
+    """Whether the public answer judge (eval_ans_acc/eval_response_acc.py) rates the response -1
+    without a call: a field it sends that is empty after strip or not text (its `.strip()` fails,
+    which it also rates -1): the question, the reference answer, the response, and for a locating
+    question `meta_data.explanation`."""
+    fields = [response.get("question"), response.get("answer"), response.get("response")]
+    if response.get("question_type") == "locating":
+        try:
+            meta = read_json(response.get("meta_json") or "{}")
+        except ValueError:
+            meta = None
+        fields.append(meta.get("explanation", "") if isinstance(meta, dict) else None)
+    return any(not isinstance(value, str) or not value.strip() for value in fields)
 
 
 def harmonic(p: float, r: float) -> float:
@@ -61,15 +77,20 @@ def reference_scores(sentences: list[dict], judgements: list[dict], predicted: l
     cited = [s for s in sentences if s["citations"]]
     out: dict[str, float | None] = dict.fromkeys(
         ("citation_recall", "citation_precision", "citation_f1", "source_precision", "source_recall", "source_f1", "source_em"))
-    if cited:
+    if cited:  # the public scorer's arithmetic, in its order (its floats to the last bit): sums over counts, in percent
         support = {j["sentence_id"]: j["score"] for j in judgements if j["kind"] == "support"}
         relevance = {(j["sentence_id"], j["item"]): j["score"] for j in judgements if j["kind"] == "relevance"}
-        recall = mean(SUPPORT_CREDIT[support.get(s["id"], 0)] for s in cited)
-        precision = mean(mean(relevance.get((s["id"], c), 0) for c in s["citations_as_written"]) for s in cited)
-        src = source_scores(predicted, gold)
-        out.update(citation_recall=100 * recall, citation_precision=100 * precision, citation_f1=100 * harmonic(precision, recall),
-                   source_precision=100 * src["precision"], source_recall=100 * src["recall"], source_f1=100 * src["f1"],
-                   source_em=100 * src["em"])
+        supports = [support.get(s["id"], 0) for s in cited]
+        recall = (sum(supports) / len(supports) / 2) * 100
+        per_sentence = [[relevance.get((s["id"], c), 0) for c in s["citations_as_written"]] for s in cited]
+        precision = sum(sum(v) / len(v) for v in per_sentence) / len(per_sentence) * 100
+        truth, pred = set(gold), set(predicted)
+        hit = len(truth & pred)
+        s_recall = hit / len(truth) * 100 if truth else 0.0
+        s_precision = hit / len(pred) * 100 if pred else 0.0
+        out.update(citation_recall=recall, citation_precision=precision, citation_f1=harmonic(recall / 100, precision / 100) * 100,
+                   source_precision=s_precision, source_recall=s_recall, source_f1=harmonic(s_recall, s_precision),
+                   source_em=100.0 if truth and truth == pred else 0.0)
     rating = SENTINEL if answer is None or answer["status"] == "empty_response" or answer["rating"] is None else answer["rating"]
     out["accuracy"] = 100 * rating / 2
     return out

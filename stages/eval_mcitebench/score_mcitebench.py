@@ -31,7 +31,8 @@ Choices where the seed is silent (and where the reference scorer drops samples):
 Scoring modes: the above is the `strict` mode. `scoring: reference` reproduces the aggregation of
 MCiteBench's public scorer (stages/eval_mcitebench/mcitebench_metrics.py: a response without citations is
 left out of the citation and source means, a failed judge call scores 0, a failed or empty answer
-rating is its -1 sentinel). The summary always holds both modes (column `scoring`), so the report
+rating is its -1 sentinel, as is an answer whose question, reference or explanation is empty).
+Values are stored unrounded; means are `sum / n`, as the public scorer's. The summary always holds both modes (column `scoring`), so the report
 prints both; `scoring` chooses the mode of the per-response scores table and the report's headline.
 
 Inputs: responses (eval_responses), citations (eval_citations), sentences (eval_sentences),
@@ -49,7 +50,7 @@ from __future__ import annotations
 import collections
 from statistics import mean
 
-from stages.eval_mcitebench.mcitebench_metrics import SUPPORT_CREDIT, harmonic, reference_scores, source_scores
+from stages.eval_mcitebench.mcitebench_metrics import SUPPORT_CREDIT, harmonic, public_judge_skips, reference_scores, source_scores
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
 VERSION = "3"
@@ -94,7 +95,7 @@ def accuracy(rating: int | None) -> float | None:
 
 
 def _pct(value: float | None) -> float | None:
-    return None if value is None else round(100 * value, 4)
+    return None if value is None else 100 * value
 
 
 def score_response(response: dict, parsed: dict, sentences: list[dict], judgements: list[dict], answer: dict | None,
@@ -102,8 +103,8 @@ def score_response(response: dict, parsed: dict, sentences: list[dict], judgemen
     cit = citation_scores(sentences, judgements)
     rating = answer["rating"] if answer else None
     if scoring == "reference":
-        metrics = {k: None if v is None else round(v, 4)
-                   for k, v in reference_scores(sentences, judgements, parsed["citations"], response["gold"], answer).items()}
+        metrics = reference_scores(sentences, judgements, parsed["citations"], response["gold"],
+                                   None if public_judge_skips(response) else answer)
     else:
         src = source_scores(parsed["citations"], response["gold"])
         metrics = {
@@ -155,7 +156,7 @@ def summarize(model: str, scores: list[dict], scoring: str = "strict") -> list[d
             values = [r[metric] for r in rows if r[metric] is not None]
             out.append({
                 "model": model, "scoring": scoring, "grouping": grouping, "grp": grp, "metric": metric,
-                "value": round(mean(values), 4) if values else None,
+                "value": sum(values) / len(values) if values else None,  # unrounded, as the public code averages (sum / n)
                 "n": len(values), "missing": len(rows) - len(values),
             })
     return out
