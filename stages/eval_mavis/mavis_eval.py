@@ -274,23 +274,25 @@ def reference_scores(answer: str, gold: str, facts: list[float | None], relevanc
     statement; `grounding`: the `grounding` statements with cited documents ({index, cited}, see
     `reference_citations`); `support`: all cited documents together per statement; `support_doc`:
     (statement, citation position) alone, for statements with more than one citation.
+    - the scripts run in their README's order (groundedness, completeness, relevance, fluency), each
+      rewriting the answers file the next reads: groundedness.py keeps only the instances whose
+      gold answer is over 500 characters, so every metric of a shorter one is None;
     - completeness: mean over the facts; 0 for an instance without facts;
     - relevance: mean over the relevance statements (judged with the gold answer shown, the image
       not); 0 without statements; None for an answer containing "Error" (relevance.py drops it);
     - recall and precision: over the statements with at least one cited document, recall the
       support of all together, precision the mean over its citations of each alone (one citation:
-      the same call); 0 and 0 when no statement cites a document; None for an instance whose gold
-      answer has at most 500 characters (groundedness.py keeps longer ones only).
+      the same call); 0 and 0 when no statement cites a document.
     """
+    if len(gold or "") <= GOLD_MIN_CHARS:
+        return dict.fromkeys(("completeness", "relevance", "recall", "precision", "informativeness_f1", "groundedness_f1"))
     completeness = sum(v or 0.0 for v in facts) / len(facts) if facts else 0.0
     rel = None if FAILED_ANSWER in answer else sum(v or 0.0 for v in relevance) / len(relevance) if relevance else 0.0
-    recall = precision = None
-    if len(gold or "") > GOLD_MIN_CHARS:
-        scored = [g for g in grounding if g["cited"]]
-        recall = sum(support.get(g["index"]) or 0.0 for g in scored) / len(scored) if scored else 0.0
-        per = [support.get(g["index"]) or 0.0 if len(g["cited"]) == 1 else
-               sum(support_doc.get((g["index"], j)) or 0.0 for j in range(len(g["cited"]))) / len(g["cited"]) for g in scored]
-        precision = sum(per) / len(per) if per else 0.0
+    scored = [g for g in grounding if g["cited"]]
+    recall = sum(support.get(g["index"]) or 0.0 for g in scored) / len(scored) if scored else 0.0
+    per = [support.get(g["index"]) or 0.0 if len(g["cited"]) == 1 else
+           sum(support_doc.get((g["index"], j)) or 0.0 for j in range(len(g["cited"]))) / len(g["cited"]) for g in scored]
+    precision = sum(per) / len(per) if per else 0.0
     return {"completeness": completeness, "relevance": rel, "recall": recall, "precision": precision,
             "informativeness_f1": harmonic(completeness, rel), "groundedness_f1": harmonic(recall, precision)}
 

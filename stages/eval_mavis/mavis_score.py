@@ -8,9 +8,11 @@ averages per answer or takes the F1 of the means: we average per answer).
   failed judge calls missing; a failed or empty generation scores 0 everywhere.
 - reference: MAVIS's public scripts' computation on their statements
   (stages.eval_mavis.mavis_eval.reference_scores): failed judge calls 0; an answer the scripts leave
-  out of a mean is left out here too (None, counted in `missing`, the note says why): relevance
-  drops answers containing "Error" (a failed generation is the public client's "Error"),
-  groundedness keeps gold answers over 500 characters.
+  out of a mean is left out here too (None, counted in `missing`, the note says why). The scripts
+  run in their README's order, each rewriting the answers file the next reads: groundedness.py
+  keeps gold answers over 500 characters, for every later metric too; relevance.py then drops
+  answers containing "Error" (a failed generation is the public client's "Error"), for fluency.py
+  too.
 Statistics (§5.6): documents retrieved and cited per modality, the utilisation ratio (cited /
 retrieved, per answer, for answers that retrieved that modality) and precision per modality (mean
 support of each citation to a document of that modality alone). strict: distinct valid
@@ -20,8 +22,9 @@ Fluency: MAUVE (the `mauve-text` package) per (setting, method) between gold and
   removed (`plain_text`), no question prefix (the same question on both sides would only make them
   alike); a failed generation has no text and is left out.
 - reference (fluency.py): instances whose gold documents include a text and an image document,
-  with retrieved documents and a gold answer over 500 characters; both sides "question + text"
-  (`mauve_text`); model texts containing "Error", "document" or "information" dropped.
+  with retrieved documents and a gold answer over 500 characters, and not dropped by relevance.py
+  before it ("Error" answers); both sides "question + text" (`mauve_text`); model texts containing
+  "Error", "document" or "information" dropped.
 Features: `mauve_featurizer` is, by default, the seed's: gpt2-large, from a local model folder
 (`models/gpt2-large`; mauve featurizes with it, on the GPU `mauve_device` names when there is one,
 `mauve_max_text_length` 512 as the seed); a folder that is not there fails the stage at its start,
@@ -46,7 +49,7 @@ import os
 
 import numpy as np
 
-from stages.eval_mavis.mavis_eval import (GOLD_MIN_CHARS, SCORINGS, mauve_dropped, mauve_text, plain_text, reference_answer, reference_scores,
+from stages.eval_mavis.mavis_eval import (FAILED_ANSWER, GOLD_MIN_CHARS, SCORINGS, mauve_dropped, mauve_text, plain_text, reference_answer, reference_scores,
                                     reference_used, response_scores)
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
@@ -144,16 +147,18 @@ def mauve_inputs(group: list[dict], scoring: str) -> tuple[list[str], list[str]]
         answered = [r for r in group if not r.get("error")]
         return [plain_text(r["gold_answer"]) for r in answered], [plain_text(r["answer"]) for r in answered]
     kept = [r for r in group if r.get("positive_text_documents") and r.get("positive_image_documents") and r["documents"]
-            and len(r["gold_answer"] or "") > GOLD_MIN_CHARS]
+            and len(r["gold_answer"] or "") > GOLD_MIN_CHARS
+            and FAILED_ANSWER not in reference_answer(r["raw"], r.get("error"))]  # relevance.py, run before fluency.py, rewrote the file without them
     model = [mauve_text(r["question"], reference_answer(r["raw"], r.get("error"))) for r in kept]
     return [mauve_text(r["question"], r["gold_answer"]) for r in kept], [t for t in model if not mauve_dropped(t)]
 
 
-LEFT_OUT = {"relevance": 'answers containing "Error" are left out (relevance.py)',
-            "informativeness_f1": 'answers containing "Error" are left out (relevance.py)',
-            "recall": f"instances whose gold answer has at most {GOLD_MIN_CHARS} characters are left out (groundedness.py)",
-            "precision": f"instances whose gold answer has at most {GOLD_MIN_CHARS} characters are left out (groundedness.py)",
-            "groundedness_f1": f"instances whose gold answer has at most {GOLD_MIN_CHARS} characters are left out (groundedness.py)"}
+_SHORT_GOLD = (f"instances whose gold answer has at most {GOLD_MIN_CHARS} characters are left out (groundedness.py, "
+               "which rewrites the answers file the later scripts read, in the public README's order)")
+LEFT_OUT = {"completeness": _SHORT_GOLD,
+            "relevance": f'{_SHORT_GOLD}; answers containing "Error" are left out (relevance.py)',
+            "informativeness_f1": f'{_SHORT_GOLD}; answers containing "Error" are left out (relevance.py)',
+            "recall": _SHORT_GOLD, "precision": _SHORT_GOLD, "groundedness_f1": _SHORT_GOLD}
 
 
 def check_featurizer(featurizer: str) -> None:

@@ -61,9 +61,11 @@ NOTES = {
                  "question and the gold answer shown (not the image), and an answer containing \"Error\" is left out; "
                  "completeness shows the answer with its citations; recall and precision average over the statements that cite "
                  "a retrieved document (an answer with none scores 0), with repeated citations kept, citations past the "
-                 "retrieved documents dropped and groundedness left out for gold answers of at most 500 characters; a failed "
+                 "retrieved documents dropped; every metric left out for gold answers of at most 500 characters (groundedness.py "
+                 "rewrites the answers file the later scripts read, in the public README's order); a failed "
                  "judge call counts 0; a failed generation is the public client's \"Error\" answer. Utilised documents as "
-                 "aggregate.py counts them. MAUVE as fluency.py: instances whose gold documents include a text and an image, "
+                 "aggregate.py counts them. MAUVE as fluency.py after relevance.py: instances whose gold documents include a "
+                 "text and an image, less the \"Error\" answers relevance.py dropped, "
                  "question + text on both sides, model texts with \"Error\", \"document\" or \"information\" dropped. "
                  "\"(k/n)\" is the strict coverage (answers judged); the answers the public scripts leave out are the "
                  "summary table's `missing` (DuckDB file).",
