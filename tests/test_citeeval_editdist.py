@@ -122,3 +122,12 @@ def test_a_bad_coefficients_file_fails_in_one_line(tmp_path, text, problem):
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert str(tmp_path / "coef.json") in result.stderr and problem in result.stderr
     assert not (tmp_path / "d.parquet").exists()
+
+
+def test_reference_rating_is_the_public_arithmetic_to_the_last_bit():
+    """citation_rater.py sums each citation's coefficient in its dict's order, divides by the count and
+    adds the intercept; Eq. 3 written as a sum of coefficient x count / total differs in the last bit
+    for a quarter of edit sets. Citation [4] kept, [7] added for credibility, [8] for refinement: the
+    public code gives 0.4735184812155066 (Eq. 3 as a weighted sum: 0.47351848121550666)."""
+    edits = [{"op": "ADD", "citation": "7", "reason": 3}, {"op": "ADD", "citation": "8", "reason": 2}]
+    assert editdist_reference([3], edits, C) == 0.4735184812155066

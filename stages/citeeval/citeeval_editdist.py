@@ -87,13 +87,17 @@ def editdist(citations: list[int], edits: list[dict], coefficients: dict[str, fl
 
 def editdist_reference(citations: list[int], edits: list[dict], coefficients: dict[str, float]) -> float:
     """The public implementation's rating over the public parser's edits (string citation ids):
-    originals keyed str(k + 1), 1.0 without edits or actions."""
+    originals keyed str(k + 1), 1.0 without edits or actions; each citation's coefficient summed in
+    the order of its citation2rating (originals, then additions), / n, + the intercept."""
     if not edits:
         return 1.0
     states, _ = final_states([str(c + 1) for c in citations], edits)
     if not states:
         return 1.0
-    return eq3(action_counts(states), coefficients)
+    total = 0.0  # its arithmetic, in its order (the same value as Eq. 3 to the last bit): sum, / n, + b
+    for action in states.values():
+        total += coefficients[action]
+    return total / len(states) + coefficients["intercept"]
 
 
 def load_coefficients(ctx) -> dict[str, float]:

@@ -46,13 +46,15 @@ RULES = [  # (metric, strict, reference)
      "the public parser's category, tag by tag; a lost tag is 2 (retrieval)"),
     ("response with nothing to rate", "not applicable: left out of the means", "1.0"),
     ("\"no answer\" response", "only the single statement \"No answer is found\": context 3, not applicable",
-     "any response the public regex matches is rewritten to \"No answer is found.\": 1.0, one statement"),
+     "any response the public regex matches is rewritten to \"No answer is found.\": 1.0, one statement (the public code "
+     "asks its context judge about it and gets 1.0 only for context 3: that answer is taken without the call)"),
     ("empty response", "left out of the means (status empty)", "1.0 at response level; no statement at statement level"),
     ("unclosed <thinking>", "the text from <thinking> on is dropped",
      "the public code keeps and rates the thinking text: missing here, unless the \"no answer\" regex rewrites it"),
     ("statements", "blingfire sentences, fragments under min_statement_chars merged, citations out of range or repeated dropped",
      "the same statements (not reproduced: the public code splits with NLTK and merges a short sentence only when it "
-     "ends a line or carries citations)"),
+     "ends a line or carries citations; it keeps citation numbers 1-10 whatever the number of passages, here the "
+     "response's own passages: the same for CiteEval-Bench's ten)"),
     ("failed judge call (no text)", "missing", "missing (the public code would rate an exception string)"),
     ("system score", "response-level mean over rated responses; statement-level mean over their counted statements beside it",
      "statement-level mean, an N/A statement standing in with its response's rating (evaluate_all_systems.py default); "

@@ -123,7 +123,7 @@ def reference_statement(statement: dict, context: dict | None, rating: dict | No
 def _rated(counted: list[dict]) -> tuple[str, dict]:
     if any(v["citeeval_auto"] is None for v in counted):
         return "missing", dict.fromkeys(MEASURES)
-    return "rated", {m: mean(v[m] for v in counted) for m in MEASURES}
+    return "rated", {m: sum(v[m] for v in counted) / len(counted) for m in MEASURES}  # sum / n, as the public code
 
 
 def strict_response(values: list[dict], scenario: str, empty: bool) -> tuple[str, dict, int]:
@@ -281,7 +281,7 @@ def system_scores(rows: list[dict]) -> list[tuple[str, float | None, int]]:
     out = []
     for m in MEASURES:
         rated = [r for r in rows if r[m] is not None]
-        out.append((m, mean(r[m] for r in rated) if rated else None, len(rated)))
+        out.append((m, sum(r[m] for r in rated) / len(rated) if rated else None, len(rated)))
         weight = sum(r["statement_weight"] for r in rated)
         out.append((f"{m}_statement", sum(r[m] * r["statement_weight"] for r in rated) / weight if weight else None, weight))
     out.append(("statements_per_response", mean(r["n_statements"] for r in rows) if rows else None, len(rows)))
