@@ -63,6 +63,19 @@ def test_placeholders_and_no_image():
     assert resolve_placeholders("No images here.", 3) == ([], [])
 
 
+def test_placeholders_as_models_write_them():
+    """Every markdown image is either placed or counted unresolved, never left in the text unseen: a
+    title, brackets inside the caption, the pseudo url in another case or with an extension. An
+    image placed twice is placed once (the public handle_output_images drops the repeat)."""
+    text = ('![c](image_3 "t") ![a [b] c](image_2) ![d](Image-1) ![e](<image_4.png>) ![f](image_3) '
+            "![g](https://x.org/img2.png) ![h](image_12)")
+    found, unresolved = resolve_placeholders(text, n_inputs=4)
+    assert [f["n"] for f in found] == [3, 2, 1, 4]
+    assert unresolved == ["![f](image_3)", "![g](https://x.org/img2.png)", "![h](image_12)"]
+    assert strip_placeholders(text) == ""
+    assert text[found[1]["start"]:found[1]["end"]] == "![a [b] c](image_2)"
+
+
 def test_reference_score_reads_the_judges_reply_as_the_public_code_and_never_an_error_body():
     """few_shot_evaluator.py's extract_score_from_str: the last run of digits of the reply, 0 when
     there is none, clamped to 0-10 then / 10; a call with no judge's reply has no score."""

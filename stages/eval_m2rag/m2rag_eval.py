@@ -9,7 +9,9 @@
   best `max_page_images`, the best `max_aux_images` auxiliary ones, then the best `max_images` of
   those (the public code's reading of App. E's "web page specific images restricted to 5").
 - Placeholders (§3): an image in an answer is `![short caption](image_<n>)`, n the input image's
-  number; anything else (`image_99`, a real url) points to no image and is counted, not judged.
+  number (read loosely: `Image-3`, `image_3.png`, a title); anything else (`image_99`, a real url)
+  points to no image, and an image placed a second time is dropped as the public code drops it:
+  both counted as unresolved, not judged.
 - Metric arithmetic (§6, App. D): 0-10 judge scores clamped and normalised to 0-1; RAGAS context
   precision and faithfulness; image recall as the Figure 22 judge sees it and as the public code
   counts it; the strict and reference-compatible aggregations (see `aggregate`), the lines the
@@ -33,8 +35,11 @@ from stages.core.images import file_of_hash, is_named_file, is_sha256
 from stages.core.release import manifest_folder
 from stages.core.schema_check import read_json
 
-PLACEHOLDER = re.compile(r"!\[([^\]\n]*)\]\(\s*([^)\s]*)\s*\)")
-PSEUDO_URL = re.compile(r"^image_(\d+)$")
+# a markdown image on one line: its caption may hold one level of brackets, its link anything but ")"
+PLACEHOLDER = re.compile(r"!\[((?:[^\[\]\n]|\[[^\[\]\n]*\])*)\]\(([^)\n]*)\)")
+# our pseudo url image_<n>, read as loosely as a model writes it: any case, "_", "-" or " ", a file
+# extension, angle brackets, a markdown title ("image_3.png", "<Image-3>", 'image_3 "a chart"')
+PSEUDO_URL = re.compile(r"""^\s*<?image[_\- ]?(\d+)(?:\.[a-z]{3,4})?>?(?:\s+(?:"[^"]*"|'[^']*'))?\s*$""", re.I)
 TEXT_METRICS = ("fluency", "relevance", "context_precision", "faithfulness")
 IMAGE_METRICS = ("image_coherence", "image_helpfulness", "image_reference")
 METRICS = (*TEXT_METRICS, *IMAGE_METRICS, "image_recall")
@@ -271,12 +276,15 @@ def placeholder(n: int, caption: str) -> str:
 
 def resolve_placeholders(text: str, n_inputs: int) -> tuple[list[dict], list[str]]:
     """(output images, unresolved placeholders). Each output image: {n, start, end} of one
-    placeholder naming an input image 1..n_inputs, in answer order."""
-    found, unresolved = [], []
+    placeholder naming an input image 1..n_inputs, in answer order. An image placed again is
+    unresolved, as the public handle_output_images drops a repeat: each input image is judged once."""
+    found, unresolved, placed = [], [], set()
     for match in PLACEHOLDER.finditer(text or ""):
         pseudo = PSEUDO_URL.match(match.group(2))
-        if pseudo and 1 <= int(pseudo.group(1)) <= n_inputs:
-            found.append({"n": int(pseudo.group(1)), "start": match.start(), "end": match.end()})
+        n = int(pseudo.group(1)) if pseudo else 0
+        if 1 <= n <= n_inputs and n not in placed:
+            found.append({"n": n, "start": match.start(), "end": match.end()})
+            placed.add(n)
         else:
             unresolved.append(match.group(0))
     return found, unresolved

@@ -23,7 +23,8 @@ Approaches (§5; the seed does not print their prompts, ours are in prompts/m2ra
   It reads captions only (an LLM method), whatever `vision` says.
 
 Every response records its inputs, its calls and their tokens (Table 3 reports token use), the
-output images its placeholders resolve to, the placeholders that point to no input image, and the
+output images its placeholders resolve to, the placeholders that point to no input image or repeat
+one already placed (dropped, as the seed's code drops them), and the
 query's topic (the category it was sampled for, else its first one: Figure 3's per-topic scores).
 
 Inputs: release (release manifest JSON or release folder, or M2RAG's published benchmark: its

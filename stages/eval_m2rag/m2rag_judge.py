@@ -73,10 +73,12 @@ class Planner:
 
 
 def contexts_of(response: dict) -> list[str]:
+    """RAGAS's retrieved contexts as few_shot_evaluator.py lists them: the pages, then the caption of
+    each output image (each image once: a repeat was never placed), two images' equal captions
+    twice; a page without text or an image without caption has nothing for the judge and is left out."""
     by_n = {i["n"]: i for i in response["inputs"]}
     pages = [f"{c['title']}\n{c['text']}".strip() for c in response["contexts"] if c["text"]]
-    captions = [f"Image: {by_n[o['n']]['caption']}" for o in response["output_images"] if by_n[o["n"]]["caption"]]
-    return pages + list(dict.fromkeys(captions))
+    return pages + [f"Image: {by_n[o['n']]['caption']}" for o in response["output_images"] if by_n[o["n"]]["caption"]]
 
 
 def plan_first(response: dict, params: dict, vision: bool) -> Planner:
