@@ -16,13 +16,17 @@ answer text, tag by tag: `<category sentence_id="i">` in its exact form holding 
 that is not 1-4 is read by its first character, and if that is not 1-4 either, or the sentence
 has no tag, it is 2 (its default category); the last tag of a sentence wins.
 
-Rules before the model (`rule` column), in both modes:
-- `cited`: a statement that carries a citation is retrieval (2), whatever the model says (the
-  public implementation does the same: cited statements are always evaluated);
-- `unanswerable`: the single statement "No answer is found" is 3 (Response), Table 10's tie rule
-  (the public prompt states the same rule);
-- `model`: the model's category. A response whose statements are all decided by the rules makes
-  no call.
+Rules before the model (`rule` column):
+- `cited`: a statement that carries a citation. Strict: the model's category, as for any other
+  (§4.1 attributes every statement with the citations removed "to avoid introducing the bias of
+  the retrieval context for cited statements", and §4.2 masks the ratings of N/A ones), so a cited
+  statement the judge gives to the query, the response or model knowledge is N/A. Reference:
+  retrieval (2), whatever the model says (the public implementation always evaluates cited
+  statements);
+- `unanswerable`: the single statement "No answer is found" is 3 (Response) in both modes, Table
+  10's tie rule (the public prompt states the same rule);
+- `model`: the model's category. A response whose statements are all unanswerable makes no call;
+  when a call fails, a cited statement keeps its reference context (strict: null, with the reason).
 
 Inputs: responses (citeeval_prepared), statements (citeeval_statements).
 Outputs: contexts (citeeval_contexts, one row per statement).
@@ -39,7 +43,7 @@ from stages.citeeval.citeeval import has_text
 from stages.core.llm import LLMClient, LLMRequest
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
-VERSION = "2"
+VERSION = "3"  # 3: a cited statement's strict context is the judge's (§4.1); the reference keeps 2
 PROMPT = "citeeval_context"
 CATEGORIES = {1: "query", 2: "retrieval", 3: "response", 4: "model"}
 _TAG = re.compile(r"<category\s+sentence_id\s*=\s*\"?(\d+)\"?\s*>(.*?)</category>", re.S | re.I)
@@ -75,12 +79,12 @@ def parse_reference(text: str) -> dict[str, int]:
     return found
 
 
-def rule_for(statement: dict) -> int | None:
-    """The category a rule fixes, or None when the model decides."""
-    if statement["citations"]:
-        return 2
+def rule_for(statement: dict, mode: str) -> int | None:
+    """The category a rule fixes in `mode` (strict | reference), or None when the model decides."""
     if statement["unanswerable"]:
         return 3
+    if statement["citations"] and mode == "reference":
+        return 2
     return None
 
 
@@ -93,7 +97,7 @@ def run(ctx):
     asked, requests = [], []
     for rid, statements in by_response.items():
         statements.sort(key=lambda s: s["sentence_id"])
-        if rid in responses and any(rule_for(s) is None for s in statements):
+        if rid in responses and any(rule_for(s, "strict") is None for s in statements):
             n = len(statements)
             asked.append(rid)
             requests.append(LLMRequest(
@@ -112,13 +116,13 @@ def run(ctx):
             with ctx.item(s["id"]):
                 if rid not in responses:
                     raise Reject("no_response", f"response {rid} is not in the responses input")
-                fixed = rule_for(s)
-                if fixed is None and not answered:
+                fixed, reference_fixed = rule_for(s, "strict"), rule_for(s, "reference")
+                if reference_fixed is None and not answered:
                     raise Reject("failed_call", answer.detail)
                 model_category = answer.value[s["sentence_id"]] if answer is not None and answer.ok else None
                 context = fixed if fixed is not None else model_category
-                rule = "model" if fixed is None else ("cited" if s["citations"] else "unanswerable")
-                reference_context = fixed if fixed is not None else reference.get(str(s["sentence_id"]), PUBLIC_DEFAULT)
+                rule = "unanswerable" if s["unanswerable"] else "cited" if s["citations"] else "model"
+                reference_context = reference_fixed if reference_fixed is not None else reference.get(str(s["sentence_id"]), PUBLIC_DEFAULT)
                 ctx.stats[f"context_{CATEGORIES[context] if context else 'invalid'}"] += 1
                 ctx.stats[f"rule_{rule}"] += 1
                 ctx.stats["reference_differs"] += context is not None and context != reference_context

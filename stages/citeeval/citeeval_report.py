@@ -44,6 +44,8 @@ RULES = [  # (metric, strict, reference)
      "Full: 0.0; Cited: masked (all masked or N/A, one masked: the response is 0.0)"),
     ("context of an uncited statement", "the judge's category; an invalid answer makes the response missing (Full)",
      "the public parser's category, tag by tag; a lost tag is 2 (retrieval)"),
+    ("context of a cited statement", "the judge's category (§4.1, citations removed): another context than retrieval is N/A; "
+     "an invalid answer makes the response missing", "always retrieval (2): the public code evaluates every cited statement"),
     ("response with nothing to rate", "not applicable: left out of the means", "1.0"),
     ("\"no answer\" response", "only the single statement \"No answer is found\": context 3, not applicable",
      "any response the public regex matches is rewritten to \"No answer is found.\": 1.0, one statement (the public code "

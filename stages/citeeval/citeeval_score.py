@@ -5,8 +5,9 @@ against human ratings (citeeval.txt §2.4 scenarios, §4.2, Table 3 correlations
 Statement: CiteEval-Auto = (ITERCOE + EDITDIST) / 2, both on [0, 1] (§4.2 ensemble; ITERCOE's
 (r - 1) / 4, EDITDIST's Eq. 3). Response: the mean over the statements the scenario counts.
 
-Scenarios (§2.4): Full counts every statement that requires a citation (context 2, retrieval;
-every cited statement does), "amongst which the uncited ones are penalized": an uncited one scores
+Scenarios (§2.4): Full counts every statement that requires a citation (context 2, retrieval; in
+strict a cited statement too only when the judge attributes it to retrieval, §4.1-4.2; in
+reference every cited one), "amongst which the uncited ones are penalized": an uncited one scores
 0 (ITERCOE = EDITDIST = 0, no judge rating asked). Cited counts only cited statements; uncited ones
 are N/A whatever their context.
 
@@ -18,8 +19,8 @@ Strict (the paper's formula, our documented policies):
   N/A" (§2.4). (The public code rates it 0.0 when one of them needed a citation: reference mode.)
 - An `empty` response (no statement left after the thinking block) has no rating, counted.
 - A counted cited statement whose ITERCOE answer failed or was invalid makes the response
-  `missing`; so does, in Full, an uncited statement without context (its attribution failed: it
-  might have counted; in Cited it is N/A either way). No partial means: missing responses are
+  `missing`; so does a statement without context that might have counted (its attribution
+  failed): in Full any, in Cited a cited one (an uncited one is N/A there either way). No partial means: missing responses are
   counted, never scored 0.
 - System scores: the response-level mean over rated responses, and beside it the statement-level
   mean over the counted statements of those responses (each response weighs its counted
@@ -85,7 +86,7 @@ from scipy.stats import kendalltau, pearsonr, spearmanr
 from stages.citeeval.citeeval import STATUSES, likert_to_unit, read_ratings_file
 from stages.core.stage import Input, Output, Reject, Stage, StageError
 
-VERSION = "3"  # 3: bad, unknown and repeated human ratings are rejects, not errors or silently taken
+VERSION = "4"  # 4: a cited statement without a context makes a Cited response missing (strict attributes cited statements too)
 MEASURES = ("citeeval_auto", "itercoe", "editdist")
 SCENARIOS = ("full", "cited")
 MODES = ("strict", "reference")
@@ -132,11 +133,13 @@ def strict_response(values: list[dict], scenario: str, empty: bool) -> tuple[str
     if empty:
         return "empty", none, 0
     counted = [v for v in values if counts_in(v, scenario)]
-    undecided = any(v["undecided"] for v in values)
-    if not counted:  # in Cited, uncited statements are N/A whatever their context (§2.4)
-        return ("missing" if undecided and scenario == "full" else "not_applicable"), none, 0
-    if scenario == "full" and undecided:
+    # a statement whose context is unknown may count: in Cited only a cited one (uncited statements
+    # are N/A whatever their context, §2.4)
+    undecided = any(v["undecided"] and (scenario == "full" or v["cited"]) for v in values)
+    if undecided:
         return "missing", none, 0
+    if not counted:
+        return "not_applicable", none, 0
     status, rating = _rated(counted)
     return status, rating, len(counted) if status == "rated" else 0
 
