@@ -42,7 +42,7 @@ from pathlib import Path
 from stages.citeeval.citeeval import ACTIONS, ADD_REASONS, DELETE_REASONS, PUBLIC_COEFFICIENTS, eq3
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "3"  # 3: coefficients must be finite numbers (NaN was accepted)
+VERSION = "4"  # 3: coefficients must be finite numbers (NaN was accepted); 4: reference summed as citation_rater.py
 
 
 def final_states(originals: list, edits: list[dict]) -> tuple[dict, int]:

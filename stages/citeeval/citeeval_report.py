@@ -32,7 +32,7 @@ from stages.core.release import check_row_counts, covered, load_table, md_table,
 from stages.core.stage import Input, Output, Param, Stage, read_report
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "3"  # 2: statement and response level, rules per mode; 3: coverage (k/n) beside every score, n/a when nothing was rated
+VERSION = "4"  # 2: statement and response level, rules per mode; 3: coverage (k/n) beside every score, n/a when nothing was rated; 4: cited statements' context row
 TABLES = ("responses", "statements", "summary", "meta")
 DETAIL = ("contexts", "ratings", "distances")
 RULES = [  # (metric, strict, reference)

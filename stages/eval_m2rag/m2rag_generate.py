@@ -50,7 +50,7 @@ from stages.eval_m2rag.m2rag_eval import (Selection, group_inputs, image_file, p
                                           select_inputs)
 from stages.core.stage import Input, Output, Param, Reject, Stage, log
 
-VERSION = "2"
+VERSION = "3"  # 3: App. E image caps per page then overall, as the public code; placeholders read loosely, a repeat dropped
 APPROACHES = ("single_stage", "multi_stage", "separate")
 
 

@@ -43,7 +43,7 @@ from stages.core.llm.openai import IMAGE_SLOT
 from stages.eval_m2rag.m2rag_eval import document_with_captions, image_contexts, strip_placeholders
 from stages.core.stage import Input, Output, Param, Reject, Stage
 
-VERSION = "2"
+VERSION = "3"  # 3: context precision + 1e-10 (ragas); equal captions of two images kept
 SCORE_PROMPTS = {"fluency": "m2rag_judge_fluency", "relevance": "m2rag_judge_relevance", "image_coherence": "m2rag_judge_image_coherence",
                  "image_helpfulness": "m2rag_judge_image_helpfulness", "image_reference": "m2rag_judge_image_reference"}
 

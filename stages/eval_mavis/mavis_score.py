@@ -53,7 +53,7 @@ from stages.eval_mavis.mavis_eval import (FAILED_ANSWER, GOLD_MIN_CHARS, SCORING
                                     reference_used, response_scores)
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "2"
+VERSION = "3"  # 3: reference as the public README runs the scripts (the 500-character gold filter for every metric)
 QUALITY = ("completeness", "relevance", "informativeness_f1", "recall", "precision", "groundedness_f1")
 STATISTICS = ("retrieved_text", "retrieved_image", "used_text", "used_image", "utilisation_text", "utilisation_image",
               "precision_text", "precision_image")

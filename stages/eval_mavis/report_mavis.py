@@ -38,7 +38,7 @@ from stages.core.release import check_row_counts, covered, insert_rows, load_tab
 from stages.core.stage import Input, Output, Param, Stage, read_report
 from stages.core.tables import atomic_write_bytes
 
-VERSION = "3"  # 2: splits, Tables 3 and 6; 3: coverage (k/n) beside every number, n/a when nothing was judged
+VERSION = "4"  # 2: splits, Tables 3 and 6; 3: coverage (k/n) beside every number, n/a when nothing was judged; 4: reference rules text
 TABLES = ("queries", "retrieved", "responses", "sentences", "judgements", "scores", "summary")
 OPTIONAL = {"retrieval": "mavis_eval_retrieval_summary", "agreement": "mavis_eval_judge_agreement"}
 SETTING_NAMES = {"text": "Text-RAG", "image": "Image-RAG", "multi": "Multi-RAG"}

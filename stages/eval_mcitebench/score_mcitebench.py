@@ -53,7 +53,7 @@ from statistics import mean
 from stages.eval_mcitebench.mcitebench_metrics import SUPPORT_CREDIT, harmonic, public_judge_skips, reference_scores, source_scores
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "3"
+VERSION = "4"  # 4: unrounded; reference in the public arithmetic, its -1 for an empty question, reference or explanation
 SCORING = ("strict", "reference")
 
 METRICS = [
