@@ -81,10 +81,10 @@ def parse_reference(text: str) -> dict[str, int]:
 
 def rule_for(statement: dict, mode: str) -> int | None:
     """The category a rule fixes in `mode` (strict | reference), or None when the model decides."""
-    if statement["unanswerable"]:
-        return 3
     if statement["citations"] and mode == "reference":
         return 2
+    if statement["unanswerable"]:
+        return 3
     return None
 
 
@@ -121,7 +121,7 @@ def run(ctx):
                     raise Reject("failed_call", answer.detail)
                 model_category = answer.value[s["sentence_id"]] if answer is not None and answer.ok else None
                 context = fixed if fixed is not None else model_category
-                rule = "unanswerable" if s["unanswerable"] else "cited" if s["citations"] else "model"
+                rule = "cited" if s["citations"] else "unanswerable" if s["unanswerable"] else "model"
                 reference_context = reference_fixed if reference_fixed is not None else reference.get(str(s["sentence_id"]), PUBLIC_DEFAULT)
                 ctx.stats[f"context_{CATEGORIES[context] if context else 'invalid'}"] += 1
                 ctx.stats[f"rule_{rule}"] += 1

@@ -329,7 +329,7 @@ def normalise(score: float | None, scale: int) -> float | None:
 def context_precision(verdicts: list[int]) -> float:
     """RAGAS context precision over the contexts in order (ragas 0.2.9, which M2RAG pins:
     _calculate_average_precision): sum_k precision@k * v_k / (number of relevant contexts + 1e-10),
-    so all relevant is 0.9999999999, none relevant 0, and no context 0 (RAGAS's empty sum)."""
+    so one relevant context alone is 0.9999999999, none relevant 0, no context 0 (its empty sum)."""
     return sum(sum(verdicts[: k + 1]) / (k + 1) * v for k, v in enumerate(verdicts)) / (sum(verdicts) + 1e-10)
 
 
