@@ -5,11 +5,11 @@ import pyarrow.parquet as pq
 
 from stages.core.images import ImageStore
 from tests.conftest import run_stage
-from tests.mcitebench_fixtures import PAPER, paper_elements, qa_row, write
+from tests.mcitebench_fixtures import PAPER, element, paper_elements, qa_row, write
 
 
-def _run(tmp_path, qas, line_numbers=True, review=None, out="out"):
-    elements = paper_elements(ImageStore(tmp_path / "images"), line_numbers=line_numbers)
+def _run(tmp_path, qas, line_numbers=True, review=None, out="out", extra_elements=()):
+    elements = paper_elements(ImageStore(tmp_path / "images"), line_numbers=line_numbers) + list(extra_elements)
     el = write(tmp_path / "elements.parquet", elements, "mcitebench_elements")
     qa = write(tmp_path / "qa.parquet", qas, "mcitebench_qa")
     out = tmp_path / out
@@ -124,3 +124,14 @@ def run_stage_failing(tmp_path, qa_row_, edited):
     return run_stage("pair_evidence", "--input", f"qa={qa}", "--input", f"elements={el}", "--input", f"review={edited}",
                      "--output", f"questions={tmp_path}/q.parquet", "--output", f"evidence={tmp_path}/e.parquet",
                      "--output", f"pairing_sheet={tmp_path}/s.csv", check=False)
+
+
+def test_an_equation_element_is_no_evidence(tmp_path):
+    """MCiteBench's evidence is text, a figure or a table: a locating question (or a review) naming
+    a parsed equation is a reject, never an evidence row the table contract refuses at the write."""
+    equation = element(PAPER, 12, "equation", "L = -sum y log p", section="3", page=1)
+    locating = qa_row(PAPER, "locating", "Which loss is used?", "cross-entropy", source=equation["id"], evidence=[equation["id"]],
+                      options=["cross-entropy", "hinge", "L1", "L2"], gold="A")
+    questions, evidence, rejects, _ = _run(tmp_path, [locating], extra_elements=[equation])
+    assert not questions and not evidence
+    assert rejects[locating["id"]]["reason"] == "unsupported_evidence" and "equation" in rejects[locating["id"]]["detail"]

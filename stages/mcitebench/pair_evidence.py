@@ -12,8 +12,10 @@ resolved in the paper's elements (MinerU output, table mcitebench_elements):
 An explanation answer without any explicit reference is rejected (`no_reference`). A question is
 rejected when any reference points into the appendix (`appendix_reference`: the seed
 keeps main-body evidence only), cannot be resolved (`unresolved_reference`), is a figure/table
-without an image crop (`evidence_without_image`), or when it needs more than `max_evidence`
-elements (`too_much_evidence`: evidence plus distractors form a fixed-size input). A locating
+without an image crop (`evidence_without_image`), is an element of another kind than text, figure
+or table (`unsupported_evidence`: an equation a locating question or the review names), or when it
+needs more than `max_evidence` elements (`too_much_evidence`: evidence plus distractors form a
+fixed-size input). A locating
 question already names its element (generate_locating_qa), which is checked the same way.
 
 Each question records its evidence modality (text, figure, table, or mixed when several) and
@@ -45,7 +47,7 @@ from stages.core.refs import Ref, parse_refs, unique_refs
 from stages.core.review import read_sheet, write_sheet
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "2"
+VERSION = "3"  # 3: an equation element is no evidence (unsupported_evidence)
 
 
 def modality_of(modalities: list[str]) -> str:
@@ -153,10 +155,21 @@ def _reviewed(qa: dict, label: str, ids: list[str], index: PaperIndex) -> list[d
     return [index.by_id[i] for i in ids]
 
 
+EVIDENCE_MODALITIES = ("text", "figure", "table")  # MCiteBench's evidence (an equation element is none of them)
+
+
 def pair(qa: dict, index: PaperIndex, review: dict[tuple[str, str], list[str]] | None = None) -> list[tuple[str, dict]]:
     """(evidence key, element) pairs of one question, in reference order, the pairing review's
     overrides applied; raises Reject."""
-    review = review or {}
+    pairs = _pairs(qa, index, review or {})
+    for label, element in pairs:
+        if element["modality"] not in EVIDENCE_MODALITIES:
+            raise Reject("unsupported_evidence", f"{label}: {element['id']} is a {element['modality']} element, "
+                                                 "not text, a figure or a table")
+    return pairs
+
+
+def _pairs(qa: dict, index: PaperIndex, review: dict[tuple[str, str], list[str]]) -> list[tuple[str, dict]]:
     if qa["question_type"] == "locating":
         pairs = []
         for element_id in qa["evidence_element_ids"]:
@@ -246,6 +259,7 @@ STAGE = Stage(
         "unresolved_reference": "a reference resolves to no element of the parsed paper",
         "evidence_without_image": "a figure or table evidence element without an image crop",
         "too_much_evidence": "more than max_evidence evidence elements",
+        "unsupported_evidence": "an evidence element that is not text, a figure or a table (an equation: a locating question or a review naming one)",
     },
 )
 
