@@ -139,3 +139,25 @@ def test_judge_labels_to_scores(tmp_path, httpserver: HTTPServer):
     assert con.execute(f"select distinct split, method from '{summary}' order by 1, 2").fetchall() == [
         ("test", "vanilla"), ("test", "vanilla_ke"), ("train", "cot")]
     assert {r["split"] for r in got.values() if r["method"] == "cot"} == {"train"}
+
+
+def test_documents_not_numbered_as_shown_are_a_reject(tmp_path, httpserver: HTTPServer):
+    """A citation [k] is the k-th document shown: a response whose documents are not numbered 1..n in
+    order (a crafted or damaged row) is rejected with its numbers, before any call; the others are judged."""
+    manifest = build_release(tmp_path / "rel" / "v1")
+    doc = lambda n: {"number": n, "doc_id": f"d:t{n}", "modality": "text", "text": "Nitrogen.", "image_sha256": None, "extraction": None}  # noqa: E731
+    responses = tmp_path / "responses.parquet"
+    write_table(responses, [_response("vanilla", "Tomatoes need nitrogen [1].", [doc(2), doc(3)]),
+                            _response("cot", "Tomatoes need nitrogen [1].", [doc(1)])], "mavis_eval_responses")
+    httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(judge_by_rule)
+    llm = {"backend": "openai", "model": "rule", "cache": {"path": str(tmp_path / "llm.sqlite")}, "image_store": str(tmp_path / "store"),
+           "max_attempts": 1, "openai": {"base_url": httpserver.url_for("/v1"), "max_retries": 1}}
+    judgements, sentences = tmp_path / "judgements.parquet", tmp_path / "sentences.parquet"
+    run_stage("mavis_judge", f"--input=responses={responses}", f"--input=release={manifest}", f"--output=judgements={judgements}",
+              f"--output=sentences={sentences}", "--params", json.dumps({"judge": "rule", "llm": llm, "vision": False}))
+    rejects = pq.read_table(f"{judgements}.rejects.parquet").to_pylist()
+    assert [(r["id"], r["reason"]) for r in rejects] == [("resp-vanilla", "bad_documents")] and "[2, 3]" in rejects[0]["detail"]
+    judged = {r["response_id"] for r in pq.read_table(judgements).to_pylist()}
+    assert judged == {"resp-cot"}
+    report = json.loads((tmp_path / "judgements.parquet.report.json").read_text())
+    assert (report["rows_in"], report["rejected"], report["stats"]["responses_judged"]) == (2, 1, 1)

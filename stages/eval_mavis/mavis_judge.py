@@ -35,7 +35,9 @@ addressed" rows without a call (raw says so).
 
 Inputs: responses (mavis_eval_responses), release.
 Outputs: judgements (mavis_eval_judgements), sentences (mavis_eval_sentences); neither counted.
-Invariant: responses in = responses judged (no reject reasons: failed calls are rows).
+Rejects: bad_documents (a response whose documents are not numbered 1..n in the order shown: its
+citations name no document it can be judged against); failed calls are rows, not rejects.
+Invariant: responses in = responses judged + rejected.
 Params: judge, llm, vision, max_tokens, max_image_side.
 """
 from __future__ import annotations
@@ -47,7 +49,7 @@ from stages.eval_mavis.mavis_eval import (label_score, load_release, model_image
                                     reference_citations, reference_statements, release_folder, split_sentences, strip_citations)
 from stages.core.stage import Input, Output, Param, Reject, Stage, StageError
 
-VERSION = "2"
+VERSION = "3"  # 3: documents not numbered 1..n are a reject (bad_documents), not a KeyError
 PROMPTS = {"completeness": "mavis_eval_completeness", "relevance": "mavis_eval_relevance", "support": "mavis_eval_support",
            "relevance_answer": "mavis_eval_relevance_answer"}
 EMPTY = "(empty answer: not sent to the judge)"
@@ -118,6 +120,11 @@ def run(ctx):
             requests.append(request)
 
         for response in ctx.read_rows("responses"):
+            numbers = [d["number"] for d in response["documents"]]
+            if numbers != list(range(1, len(numbers) + 1)):  # citations [k] are read as the k-th document shown
+                with ctx.item(response["id"]):
+                    raise Reject("bad_documents", f"documents numbered {numbers[:20]}, not 1..{len(numbers)} in the order shown")
+                continue
             ctx.add_input()
             ctx.stats["responses_judged"] += 1
             sentences = sentence_rows(response)
@@ -189,7 +196,7 @@ def run(ctx):
 
 def _invariant(ctx) -> str | None:
     judged = ctx.stats["responses_judged"]
-    return None if judged == ctx.rows_in else f"responses in {ctx.rows_in} != judged {judged}"
+    return None if judged + ctx.rejected == ctx.rows_in else f"responses in {ctx.rows_in} != judged {judged} + rejected {ctx.rejected}"
 
 
 STAGE = Stage(
@@ -214,7 +221,7 @@ STAGE = Stage(
     run=run,
     invariant=_invariant,
     prompts=("mavis_eval_completeness", "mavis_eval_relevance", "mavis_eval_relevance_answer", "mavis_eval_support"),
-    rejects={},  # failed calls are rows
+    rejects={"bad_documents": "a response whose documents are not numbered 1..n in the order shown (its citations could not be read)"},  # failed calls are rows
 )
 
 if __name__ == "__main__":
