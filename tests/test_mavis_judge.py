@@ -57,6 +57,17 @@ def _response(method, answer, documents, error=None, split="test"):
             "error": error, "positive_text_documents": 1, "positive_image_documents": 0}
 
 
+def run_judge(tmp_path, httpserver: HTTPServer, responses, manifest, vision: bool):
+    """mavis_judge's CLI on `responses` against the rule judge on 127.0.0.1: (judgements, sentences) paths."""
+    httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(judge_by_rule)
+    llm = {"backend": "openai", "model": "rule", "cache": {"path": str(tmp_path / "llm.sqlite")}, "image_store": str(tmp_path / "store"),
+           "max_attempts": 1, "openai": {"base_url": httpserver.url_for("/v1"), "max_retries": 1}}
+    judgements, sentences = tmp_path / "judgements.parquet", tmp_path / "sentences.parquet"
+    run_stage("mavis_judge", f"--input=responses={responses}", f"--input=release={manifest}", f"--output=judgements={judgements}",
+              f"--output=sentences={sentences}", "--params", json.dumps({"judge": "rule", "llm": llm, "vision": vision}))
+    return judgements, sentences
+
+
 def test_judge_labels_to_scores(tmp_path, httpserver: HTTPServer):
     manifest = build_release(tmp_path / "rel" / "v1")
     con = duckdb.connect()
@@ -67,12 +78,7 @@ def test_judge_labels_to_scores(tmp_path, httpserver: HTTPServer):
     responses = tmp_path / "responses.parquet"
     write_table(responses, [_response("vanilla", ANSWER, documents), _response("cot", "", documents, split="train"),
                             _response("vanilla_ke", "", documents, error="backend: HTTP 500 from x")], "mavis_eval_responses")
-    httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(judge_by_rule)
-    llm = {"backend": "openai", "model": "rule", "cache": {"path": str(tmp_path / "llm.sqlite")}, "image_store": str(tmp_path / "store"),
-           "max_attempts": 1, "openai": {"base_url": httpserver.url_for("/v1"), "max_retries": 1}}
-    judgements, sentences = tmp_path / "judgements.parquet", tmp_path / "sentences.parquet"
-    run_stage("mavis_judge", f"--input=responses={responses}", f"--input=release={manifest}", f"--output=judgements={judgements}",
-              f"--output=sentences={sentences}", "--params", json.dumps({"judge": "rule", "llm": llm, "vision": True}))
+    judgements, sentences = run_judge(tmp_path, httpserver, responses, manifest, vision=True)
     rows = con.execute(f"select kind, sentence_index, doc_number, score, ok from '{judgements}' "
                        "where response_id = 'resp-vanilla' and scoring = 'strict' order by all").fetchall()
     assert rows == sorted([
@@ -149,12 +155,7 @@ def test_documents_not_numbered_as_shown_are_a_reject(tmp_path, httpserver: HTTP
     responses = tmp_path / "responses.parquet"
     write_table(responses, [_response("vanilla", "Tomatoes need nitrogen [1].", [doc(2), doc(3)]),
                             _response("cot", "Tomatoes need nitrogen [1].", [doc(1)])], "mavis_eval_responses")
-    httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(judge_by_rule)
-    llm = {"backend": "openai", "model": "rule", "cache": {"path": str(tmp_path / "llm.sqlite")}, "image_store": str(tmp_path / "store"),
-           "max_attempts": 1, "openai": {"base_url": httpserver.url_for("/v1"), "max_retries": 1}}
-    judgements, sentences = tmp_path / "judgements.parquet", tmp_path / "sentences.parquet"
-    run_stage("mavis_judge", f"--input=responses={responses}", f"--input=release={manifest}", f"--output=judgements={judgements}",
-              f"--output=sentences={sentences}", "--params", json.dumps({"judge": "rule", "llm": llm, "vision": False}))
+    judgements, _ = run_judge(tmp_path, httpserver, responses, manifest, vision=False)
     rejects = pq.read_table(f"{judgements}.rejects.parquet").to_pylist()
     assert [(r["id"], r["reason"]) for r in rejects] == [("resp-vanilla", "bad_documents")] and "[2, 3]" in rejects[0]["detail"]
     judged = {r["response_id"] for r in pq.read_table(judgements).to_pylist()}
